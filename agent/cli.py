@@ -1,0 +1,48 @@
+"""The `agent` command line: a thin layer over library functions.
+
+Each command group lives in its own `agent/cmd_*.py` module with a `register(subparsers)`
+function; every command returns an exit code. Heavy libraries (torch, transformers, TRL)
+are imported inside the command functions so that `agent --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from experience_bank.errors import BadInput
+
+COMMAND_MODULES = (
+    "agent.cmd_bank",      # bank init/import/export/list/show/verify/consolidate
+    "agent.cmd_decide",    # authorize, audit, replay
+    "agent.cmd_world",     # world build/seed-bank, eval
+    "agent.cmd_train",     # train
+    "agent.cmd_gate",      # gate, profile
+    "agent.cmd_run",       # run
+    "agent.cmd_measure",   # compare, retrospective
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent",
+        description="Autonomous post-training control agent (BCIT authorizer, TRL runs, CapTrack gate).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BadInput as exc:
+        print(f"agent: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,481 @@
+"""Typed, frozen records of the experience bank (BCIT.md §2, §7).
+
+Every record that crosses a boundary (file, database, LLM output, CLI) is one of these.
+They are strict: unknown keys, type coercion, NaN and inf are errors. Parse untrusted JSON
+with `parse_record` / `parse_card` (duplicate keys are refused before validation, so a
+record has exactly one content hash).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import content_hash, loads_strict
+
+Family = Literal["finance", "sql", "function"]
+Method = Literal["sft", "grpo"]
+Nu = Literal["continue", "restart", "none"]
+Grade = Literal["A", "B", "C"]
+Action = Literal["reject", "validate", "train"]
+Reward = Literal["execution", "ast_match", "numeric_match", "format"]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    def content_hash(self) -> str:
+        """sha256 of this record's canonical JSON."""
+        return content_hash(self)
+
+
+# --- the atomic update i ----------------------------------------------------------------
+
+
+class DatasetRef(Frozen):
+    id: Ident
+    """Dataset id in the world's registry, e.g. `sql/target/train`."""
+    sha256: Sha256
+    """Content hash of the dataset's canonical JSONL."""
+
+
+class DataMix(Frozen):
+    dataset: DatasetRef
+    """One dataset of the mix."""
+    weight: Annotated[float, Field(gt=0.0, le=1.0)]
+    """Share of the training examples drawn from it; a recipe's weights sum to 1."""
+
+
+class DataRecipe(Frozen):
+    mix: tuple[DataMix, ...] = Field(min_length=1)
+    """Datasets and mix ratios of the new-task examples."""
+    n_examples: Annotated[int, Field(ge=1, le=1_000_000)]
+    """Number of training examples drawn from the mix (before replay)."""
+    replay_share: Annotated[float, Field(ge=0.0, le=0.5)] = 0.0
+    """rho: share of Task-Bank Self-Replay examples mixed in (CAPTRACK.md §3); 0 = none."""
+    replay_entries: tuple[Ident, ...] = ()
+    """Task-bank entries the frozen parent generates replay examples for."""
+
+    @model_validator(mode="after")
+    def _weights_sum_to_one(self) -> "DataRecipe":
+        total = sum(m.weight for m in self.mix)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"mix weights sum to {total:.6f}, they must sum to 1")
+        if self.replay_share > 0 and not self.replay_entries:
+            raise ValueError("replay_share > 0 needs at least one replay_entries name")
+        return self
+
+
+class HyperParams(Frozen):
+    learning_rate: Annotated[float, Field(gt=0.0, le=1e-2)]
+    """Peak learning rate."""
+    batch_size: Annotated[int, Field(ge=1, le=4096)]
+    """Per-step batch (SFT examples, or GRPO prompts x generations)."""
+    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    """Learning-rate schedule."""
+    warmup_ratio: Annotated[float, Field(ge=0.0, le=0.5)] = 0.0
+    """Share of steps spent warming up."""
+    max_length: Annotated[int, Field(ge=16, le=32768)] = 256
+    """Maximum tokens of prompt + completion."""
+    num_generations: Annotated[int, Field(ge=2, le=64)] | None = None
+    """GRPO only: completions per prompt."""
+    max_completion_length: Annotated[int, Field(ge=4, le=8192)] | None = None
+    """GRPO only: new tokens per completion."""
+    beta: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """GRPO only: KL coefficient (0 loads no reference model)."""
+    temperature: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
+    """GRPO only: sampling temperature."""
+    rewards: tuple[Reward, ...] = ()
+    """GRPO only: verifiable rewards, summed."""
+
+
+class Adapter(Frozen):
+    kind: Literal["full", "lora"]
+    """Full weights, or a LoRA adapter merged for evaluation and promotion."""
+    rank: Annotated[int, Field(ge=1, le=256)] | None = None
+    """LoRA rank (lora only)."""
+    alpha: Annotated[int, Field(ge=1, le=512)] | None = None
+    """LoRA alpha (lora only)."""
+    targets: tuple[str, ...] = ()
+    """LoRA target module names (lora only)."""
+
+    @model_validator(mode="after")
+    def _lora_fields(self) -> "Adapter":
+        if self.kind == "lora" and (self.rank is None or not self.targets):
+            raise ValueError("a lora adapter needs rank and targets")
+        if self.kind == "full" and (self.rank is not None or self.targets):
+            raise ValueError("full weights take no rank or targets")
+        return self
+
+
+class NominalBudget(Frozen):
+    steps: Annotated[int, Field(ge=1, le=10_000_000)]
+    """Optimizer steps of the full run."""
+    device_hours: Annotated[float, Field(gt=0.0, le=100_000.0)]
+    """Nominal device-hours of the full run (the cost model charges fractions of it)."""
+
+
+class CandidateCard(Frozen):
+    id: Ident
+    """Stable id of the atomic update, e.g. `S03` or `P-llm-1`."""
+    title: Annotated[str, Field(min_length=1, max_length=200)]
+    """A practitioner's name for the update."""
+    method: Method
+    """Training method."""
+    family: Family
+    """Capability family it targets."""
+    data: DataRecipe
+    """Data recipe."""
+    hparams: HyperParams
+    """Hyper-parameters."""
+    adapter: Adapter
+    """Full weights or LoRA."""
+    budget: NominalBudget
+    """Nominal full budget."""
+    nu: Nu
+    """Validation feasibility: the trial is a prefix (continue), a separate short run (restart), or impossible (none)."""
+
+    @model_validator(mode="after")
+    def _method_fields(self) -> "CandidateCard":
+        h = self.hparams
+        grpo_fields = (h.num_generations, h.max_completion_length, h.beta, h.temperature)
+        if self.method == "grpo" and (any(v is None for v in grpo_fields) or not h.rewards):
+            raise ValueError("a grpo card needs num_generations, max_completion_length, beta, temperature and rewards")
+        if self.method == "sft" and (any(v is not None for v in grpo_fields) or h.rewards):
+            raise ValueError("an sft card takes no grpo hyper-parameters")
+        return self
+
+
+# --- contexts and applicability --------------------------------------------------------
+
+
+class ModelRef(Frozen):
+    id: Ident
+    """Model id (e.g. `world-default/base` or a checkpoint id)."""
+    sha256: Sha256
+    """Content hash of the weights."""
+    arch: Annotated[str, Field(min_length=1, max_length=64)]
+    """Architecture family, e.g. `qwen3`."""
+    chat_template_sha256: Sha256
+    """Hash of the chat template the model was trained with."""
+
+
+class SourceContext(Frozen):
+    """x_s: where the evidence was observed."""
+
+    parent: ModelRef
+    """Source parent model."""
+    stage: Annotated[int, Field(ge=0)]
+    """Position in the training sequence (number of promotions before it)."""
+    family: Family
+    """Capability family evaluated."""
+    task: Ident
+    """Task variant evaluated, e.g. `sql/source`."""
+    datasets: dict[str, Sha256]
+    """Training data used: dataset id -> hash."""
+    runtime: Ident
+    """Trainer runtime, e.g. `trl-sft` or `trl-grpo`."""
+    eval_protocol: Ident
+    """Evaluation protocol identity."""
+    output_protocol: Ident
+    """Output protocol of the target task, e.g. `json-call`."""
+
+
+class CurrentContext(Frozen):
+    """x_t: the state the decision is taken in (structured metadata only, no outcomes)."""
+
+    parent: ModelRef
+    """Current parent model m_t."""
+    stage: Annotated[int, Field(ge=0)]
+    """Number of promotions so far."""
+    families: tuple[Family, ...]
+    """Capability families the run targets."""
+    tasks: dict[str, Ident]
+    """Target task variant per family, e.g. {"sql": "sql/target"}."""
+    datasets: dict[str, Sha256]
+    """Datasets available now: id -> hash."""
+    runtimes: tuple[Ident, ...]
+    """Trainer runtimes available, e.g. ("trl-sft", "trl-grpo", "peft-lora")."""
+    eval_protocol: Ident
+    """Evaluation protocol identity."""
+    output_protocols: dict[str, Ident]
+    """Output protocol per family."""
+
+
+ContextField = Literal[
+    "parent.id", "parent.sha256", "parent.arch", "parent.chat_template_sha256",
+    "stage", "eval_protocol", "output_protocol", "task", "runtimes", "datasets",
+]
+"""Fields a conflict predicate may read. `output_protocol` and `task` are the current
+context's values for the card's family; `runtimes` and `datasets` are collections (use
+contains / not_contains)."""
+
+
+class Conflict(Frozen):
+    """A named hard conflict: it fires when `context[field] <op> value` is true."""
+
+    name: Annotated[str, Field(min_length=1, max_length=120)]
+    """Human-readable name, e.g. `requires output protocol json-call`."""
+    field: ContextField
+    """Context field the predicate reads."""
+    op: Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "contains", "not_contains"]
+    """Comparison (a closed vocabulary: predicates are data, never code)."""
+    value: Union[int, str, tuple[str, ...]]
+    """Right-hand side."""
+
+
+class Applicability(Frozen):
+    """B_i: the five compatibility fields' required values and the named hard conflicts."""
+
+    family: Family
+    """1. Capability family the update is for."""
+    datasets: tuple[DatasetRef, ...]
+    """2. Training data it needs, by id and hash."""
+    runtime: Ident
+    """3. Runtime it needs, e.g. `trl-grpo`."""
+    parent_arch: Annotated[str, Field(min_length=1, max_length=64)]
+    """4a. Parent architecture it was designed for."""
+    chat_template_sha256: Sha256 | None = None
+    """4b. Chat template it assumes (None: any)."""
+    max_stage: Annotated[int, Field(ge=0)] | None = None
+    """4c. Latest stage it is meant for (None: any)."""
+    output_protocol: Ident
+    """5. Output protocol it trains for."""
+    conflicts: tuple[Conflict, ...] = ()
+    """Named hard conflicts; any one firing sets H = 1."""
+
+
+# --- evidence and provenance -----------------------------------------------------------
+
+
+class RetentionEffect(Frozen):
+    metric: Ident
+    """Retention metric, e.g. `ifeval.prompt_strict`."""
+    delta: float
+    """Observed change in percentage points (child - control)."""
+
+
+class SourceEvidence(Frozen):
+    """E_s: what was observed in the source context."""
+
+    target_metric: Ident
+    """Metric of the source effect, e.g. `sql/source.exec_acc`."""
+    delta_src: float
+    """Source effect in pp: lower confidence bound when replicated, else the point estimate."""
+    delta_point: float
+    """Point estimate of the effect in pp (mean over replicates)."""
+    kappa: Annotated[float, Field(gt=0.0)]
+    """Pre-specified normalising scale in pp."""
+    grade: Grade
+    """A: replicated matched control; B: one paired run; C: log-only point estimate."""
+    chi: Literal[0, 1]
+    """1 iff the evidence is a replicated matched control (grade A)."""
+    retention: tuple[RetentionEffect, ...] = ()
+    """Retention effects seen alongside."""
+    replicates: Annotated[int, Field(ge=1)]
+    """Number of replicates behind the evidence."""
+
+    @model_validator(mode="after")
+    def _chi_iff_a(self) -> "SourceEvidence":
+        if (self.chi == 1) != (self.grade == "A"):
+            raise ValueError("chi must be 1 exactly when grade is A")
+        if self.grade == "A" and self.replicates < 2:
+            raise ValueError("grade A needs at least 2 replicates")
+        return self
+
+
+class Provenance(Frozen):
+    """rho_i: hashes of the artefacts behind a record."""
+
+    model_sha256: Sha256
+    """Weights of the model the evidence (or proposal) was produced on."""
+    data_sha256: dict[str, Sha256]
+    """Datasets used."""
+    config_sha256: Sha256
+    """Canonical hash of the run config / card."""
+    eval_sha256: Sha256
+    """Hash of the evaluation artefacts (stored generations + scorer identity)."""
+    artefacts: tuple[str, ...] = ()
+    """Paths (relative to the bank) of stored artefacts, checked by consolidation."""
+    produced_by: Annotated[str, Field(max_length=200)] = ""
+    """What produced the record, e.g. `world seed-bank` or `episode E12`."""
+
+
+class HistoricalRecord(Frozen):
+    """c_i_hist = (i, x_s, E_s, B_i, rho_i)."""
+
+    kind: Literal["historical"] = "historical"
+    card: CandidateCard
+    """The atomic update i."""
+    source: SourceContext
+    """x_s."""
+    evidence: SourceEvidence
+    """E_s."""
+    applicability: Applicability
+    """B_i."""
+    provenance: Provenance
+    """rho_i."""
+
+
+class Proposal(Frozen):
+    """c_i_prop = (i, ⊥, ⊥, B_i, rho_i): no evidence fields exist, so none can be faked."""
+
+    kind: Literal["proposal"] = "proposal"
+    card: CandidateCard
+    """The atomic update i."""
+    applicability: Applicability
+    """B_i."""
+    provenance: Provenance
+    """rho_i."""
+
+
+Record = Annotated[Union[HistoricalRecord, Proposal], Field(discriminator="kind")]
+_RECORD = TypeAdapter(Record)
+
+
+# --- decisions and events --------------------------------------------------------------
+
+
+FieldScore = Literal[0.0, 0.5, 1.0]
+
+
+class FieldScores(Frozen):
+    family: FieldScore
+    """1. capability-family match."""
+    data: FieldScore
+    """2. training-data availability and identity."""
+    runtime: FieldScore
+    """3. runtime availability."""
+    parent: FieldScore
+    """4. current-parent compatibility."""
+    protocol: FieldScore
+    """5. evaluation / output-protocol compatibility."""
+
+
+class Features(Frozen):
+    """Outcome-blind features of one candidate in one context (BCIT.md §3)."""
+
+    candidate_id: Ident
+    """Card id."""
+    record_hash: Sha256
+    """Content hash of the record or proposal compiled."""
+    context_hash: Sha256
+    """Content hash of the current context."""
+    is_new: bool
+    """True for a proposal (no S, no chi)."""
+    grade: Grade | None
+    """Evidence grade (None for a proposal)."""
+    delta_src: float | None
+    """Source effect in pp (None for a proposal)."""
+    kappa: float | None
+    """Normalising scale (None for a proposal)."""
+    S: Fraction | None
+    """Source strength d(e) * clip(delta_src / kappa, 0, 1)."""
+    fields: FieldScores
+    """The five compatibility field scores."""
+    A: Fraction
+    """Mean of the five field scores."""
+    H: Literal[0, 1]
+    """1 iff a named hard conflict fired."""
+    conflicts: tuple[str, ...]
+    """Names of the conflicts that fired."""
+    Q: Fraction | None
+    """S * A (None for a proposal)."""
+    nu: Nu
+    """Validation feasibility."""
+    chi: Literal[0, 1]
+    """Replicated matched control (0 for a proposal)."""
+
+
+class Decision(Frozen):
+    """An authorization: a closed action with the rule that fired and the numbers behind it."""
+
+    candidate_id: Ident
+    """Card id."""
+    action: Action
+    """reject | validate | train."""
+    rule: Annotated[str, Field(min_length=1, max_length=120)]
+    """Name of the routing rule that fired, e.g. `bcit.hard_conflict`."""
+    numbers: dict[str, float]
+    """The numbers the rule compared (score, thresholds, quota used, ...)."""
+    policy: Ident
+    """Policy name."""
+    policy_version: Ident
+    """Policy version (thresholds and discounts are part of it)."""
+    features: Features
+    """The frozen inputs."""
+    decision_hash: Sha256
+    """sha256 of the canonical JSON of every other field."""
+
+
+Outcome = Literal["rejected", "trial_failed", "promoted", "rolled_back", "not_started"]
+
+
+class Event(Frozen):
+    """An executed event of an episode (append-only, hash-chained in the bank)."""
+
+    episode_id: Ident
+    """Episode."""
+    seq: Annotated[int, Field(ge=0)]
+    """Position in the episode's history."""
+    candidate_id: Ident
+    """Card id."""
+    decision: Decision
+    """The decision with its features and hash."""
+    action: Action
+    """What was executed (equals decision.action)."""
+    cost_device_hours: Annotated[float, Field(ge=0.0)]
+    """Device-hours charged for this event (trial + full run + evaluations)."""
+    wall_seconds: Annotated[float, Field(ge=0.0)]
+    """Measured wall-clock seconds."""
+    metrics: dict[str, float]
+    """Measured metrics (empty for a rejection)."""
+    fidelity: dict[str, float] | None = None
+    """Trial vs full-run comparison where both ran."""
+    outcome: Outcome
+    """What happened."""
+    reason: Annotated[str, Field(max_length=500)]
+    """Frozen reason: the rule for a rejection, the deciding gate check otherwise."""
+    artefacts: tuple[str, ...] = ()
+    """Checkpoints and reports produced (paths relative to the run directory)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Event":
+        if self.action != self.decision.action:
+            raise ValueError("event action differs from its decision's action")
+        if self.action == "reject" and (self.metrics or self.fidelity or self.cost_device_hours):
+            raise ValueError("a rejection carries only its frozen reason: no metrics, fidelity or cost")
+        return self
+
+
+# --- parsing untrusted input -----------------------------------------------------------
+
+
+def _one_line(exc: ValidationError, what: str) -> BadInput:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return BadInput(f"invalid {what}: field {loc}: {err['msg']}{more}")
+
+
+def parse_record(text: str) -> HistoricalRecord | Proposal:
+    """Parse one record or proposal from JSON text; BadInput on any defect."""
+    loads_strict(text)  # duplicate keys / NaN before validation
+    try:
+        return _RECORD.validate_json(text)
+    except ValidationError as exc:
+        raise _one_line(exc, "record") from None
+
+
+def parse_model(cls: type[Frozen], text: str, what: str | None = None) -> Frozen:
+    """Parse any record type from JSON text; BadInput on any defect."""
+    loads_strict(text)
+    try:
+        return cls.model_validate_json(text)
+    except ValidationError as exc:
+        raise _one_line(exc, what or cls.__name__) from None

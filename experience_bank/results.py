@@ -1,0 +1,178 @@
+"""Typed results that cross package boundaries: evaluations, training runs, trials, gate verdicts.
+
+They live here (not in evaluators/ or trainers/) because policies/ must read them and may
+import only experience_bank. A score of None means UNKNOWN (an evaluator error), never 0.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from experience_bank.records import Frozen, Ident, Sha256
+
+Group = Literal["CAN", "WILL", "HOW"]
+Direction = Literal["higher", "lower", "change"]
+Severity = Literal["none", "mild", "moderate", "severe", "catastrophic"]
+
+
+class ItemResult(Frozen):
+    """One scored item (kept for paired retention and McNemar)."""
+
+    item_id: Ident
+    """Stable id of the item within its suite and split."""
+    correct: bool | None
+    """Primary correctness; None = UNKNOWN (scorer error)."""
+    score: float | None = None
+    """Graded score where the suite has one (e.g. TAT-QA F1); None = UNKNOWN or not graded."""
+    parsed: bool = True
+    """False when the output could not be parsed in the suite's protocol."""
+    detail: dict[str, float | bool | str | None] = {}
+    """Suite-specific per-item values (e.g. per-instruction IFEval results)."""
+    error: Annotated[str, Field(max_length=500)] | None = None
+    """Scorer error, timeout or sandbox refusal, if any."""
+
+
+class EvalIdentity(Frozen):
+    """Everything that determines a score, stored beside the raw generations."""
+
+    suite: Ident
+    """Suite name, e.g. `sql/target`, `ifeval`, `captrack`."""
+    split: Literal["train", "validation", "adoption", "test"]
+    """Data role."""
+    data_sha256: Sha256
+    """Hash of the split's items."""
+    scorer_version: Ident
+    """Scorer identity and version."""
+    model_sha256: Sha256
+    """Weights evaluated."""
+    chat_template_sha256: Sha256
+    """Chat template used to render prompts."""
+    backend: Ident
+    """Generation backend (transformers, vllm, openai)."""
+    batch_size: Annotated[int, Field(ge=1)]
+    """Generation batch size."""
+    max_new_tokens: Annotated[int, Field(ge=1)]
+    """Generation length limit."""
+    seed: int
+    """Seed for generation and for seeded scorers."""
+
+
+class SuiteResult(Frozen):
+    """Scores of one model on one suite split, recomputable from the stored generations."""
+
+    identity: EvalIdentity
+    """What was evaluated and how."""
+    generations_sha256: Sha256
+    """Hash of the stored raw generations (jsonl)."""
+    metrics: dict[str, float | None]
+    """Suite metrics on a 0-100 scale (None = UNKNOWN), e.g. {"exec_acc": 41.0}."""
+    items: tuple[ItemResult, ...]
+    """Per-item results."""
+    n_unparseable: Annotated[int, Field(ge=0)]
+    """Outputs that could not be parsed."""
+    n_unknown: Annotated[int, Field(ge=0)]
+    """Items the scorer could not decide."""
+
+
+class MetricSpec(Frozen):
+    """How the CapTrack profile reads one metric."""
+
+    name: Ident
+    """Metric key, `suite.metric`, e.g. `captrack.can_arith`."""
+    group: Group
+    """CAN / WILL / HOW."""
+    sub: Ident
+    """Sub-capability, e.g. `C1`, `W3`, `H2`."""
+    direction: Direction
+    """higher is better, lower is better, or any change is drift (style)."""
+    floor: Annotated[float, Field(ge=0.0)]
+    """Absolute baseline below which a relative drift is reported but does not decide."""
+
+
+class SanityCheck(Frozen):
+    name: Ident
+    """e.g. `finite_loss`, `reward_variance`, `not_all_clipped`, `loss_moved`."""
+    ok: bool
+    """False turns the run into a hard failure."""
+    detail: Annotated[str, Field(max_length=300)]
+    """The numbers behind it."""
+
+
+class TrainResult(Frozen):
+    """A finished TRL run or trial."""
+
+    card_id: Ident
+    """Card trained."""
+    run_key: Ident
+    """Idempotency key (episode, decision hash, role)."""
+    parent_sha256: Sha256
+    """Parent weights it started from."""
+    checkpoint: str
+    """Directory of the merged child (safetensors)."""
+    checkpoint_sha256: Sha256
+    """Hash of the child's weights."""
+    adapter_dir: str | None = None
+    """Kept LoRA adapter, if any."""
+    steps: Annotated[int, Field(ge=0)]
+    """Optimizer steps run in total (a continued run counts the trial's steps too)."""
+    fraction: Annotated[float, Field(gt=0.0, le=1.0)]
+    """Share of the card's nominal steps this run covers."""
+    wall_seconds: Annotated[float, Field(ge=0.0)]
+    """Measured seconds of this run (not of a resumed prefix)."""
+    train_tokens: Annotated[int, Field(ge=0)] = 0
+    """Tokens processed (for throughput)."""
+    log: dict[str, float] = {}
+    """Final training metrics (loss, reward, reward_std, clipped_ratio, ...)."""
+    sanity: tuple[SanityCheck, ...] = ()
+    """Sanity checks; any failed one is a hard failure."""
+    never_promotable: bool = False
+    """True for trial checkpoints."""
+    resumed_from: str | None = None
+    """Checkpoint it continued from (nu = continue), if any."""
+
+
+class TrialResult(Frozen):
+    """A bounded validation trial (BCIT.md §5)."""
+
+    verdict: Literal["pass", "fail", "inconclusive"]
+    """Pass -> Train, Fail -> Reject, Inconclusive -> the frozen fallback lease decides."""
+    delta_val: float
+    """Target gain on the validation split in pp."""
+    retention_deltas: dict[str, float]
+    """Retention metric changes in pp vs the initial parent."""
+    reasons: tuple[str, ...]
+    """Which conditions fired."""
+    train: TrainResult
+    """The trial run (never promotable)."""
+
+
+class GateCheck(Frozen):
+    name: Literal["ifeval_guard", "target", "captrack", "hard_failures"]
+    """Which of the four checks."""
+    passed: bool
+    """Whether it holds."""
+    numbers: dict[str, float | str | None]
+    """Every number it looked at."""
+    reason: Annotated[str, Field(max_length=500)]
+    """One line a person can read."""
+
+
+class GateVerdict(Frozen):
+    """The shared adoption rule g, applied to one child."""
+
+    promote: bool
+    """True iff every check passed."""
+    decided_by: Ident
+    """The first failing check, or `all_passed`."""
+    checks: tuple[GateCheck, ...]
+    """All four checks with their numbers."""
+    u_prom: float | None
+    """mean_r(Delta_r / kappa_r) over the run's capabilities."""
+    child_sha256: Sha256
+    """Child weights judged."""
+    parent_sha256: Sha256
+    """Current parent."""
+    initial_sha256: Sha256
+    """Initial (OOB) parent the guards compare against."""
