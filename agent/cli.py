@@ -16,7 +16,8 @@ from experience_bank.errors import BadInput
 COMMAND_MODULES = (
     "agent.cmd_bank",      # bank init/import/export/list/show/verify/consolidate
     "agent.cmd_decide",    # authorize, audit, replay
-    "agent.cmd_world",     # world build/seed-bank, eval
+    "agent.cmd_world",     # world build, world seed-bank
+    "agent.cmd_eval",      # eval
     "agent.cmd_train",     # train
     "agent.cmd_gate",      # gate, profile
     "agent.cmd_run",       # run

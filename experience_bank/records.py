@@ -390,6 +390,8 @@ class Features(Frozen):
     """Validation feasibility."""
     chi: Literal[0, 1]
     """Replicated matched control (0 for a proposal)."""
+    conflicted: bool = False
+    """Consolidation found contradicting evidence for this candidate and context: no direct Train."""
 
 
 class Decision(Frozen):
