@@ -1,0 +1,188 @@
+"""The embedded world's candidate catalogue: 24 atomic updates, 8 per family, 4 SFT + 4 GRPO.
+
+A practitioner's menu, written down before any outcome was seen and frozen: standard SFT on
+the target, SFT with Task-Bank Self-Replay, evidence-augmented / schema-linked / chain-of-
+thought / randomly sampled data, LoRA low-rank variants, aggressive learning rates, and GRPO
+with execution, AST-match, numeric-match and format rewards. Nothing here is tuned to favour
+a policy: the table is hashed (`catalogue_sha256`) and a change to it is a new catalogue.
+
+Budgets: `steps` are sized for the CPU world (scaled per world size by `STEP_SCALE`);
+`device_hours` are at a paper-like scale (2-6 per full run) so that `--episode-budget 36gpuh`
+binds after a handful of runs. `nu`: `continue` when a 20% trial is a prefix of the full
+run; `restart` when the trial is an independent short run (LoRA adapters, replay data
+regenerated per run); `none` when a 20% prefix is all warm-up and shows nothing faithful.
+
+Applicability conditions are data (BCIT.md §2): the five required values plus named hard
+conflicts over the current context (`Conflict(field, op, value)`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from experience_bank.hashing import content_hash
+from experience_bank.records import (
+    Adapter, Applicability, CandidateCard, Conflict, DataMix, DataRecipe, DatasetRef, HyperParams, NominalBudget,
+)
+
+if TYPE_CHECKING:
+    from agent.world import World
+
+STEP_SCALE = {"test": 0.25, "default": 1.0, "smol": 0.25}
+"""Per-size scale of the nominal steps (device_hours are not scaled: they are the cost model)."""
+
+OUTPUT_PROTOCOL = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+REPLAY_ENTRIES = ("ifeval", "captrack")
+SFT_BATCH, GRPO_GENERATIONS = 16, 4
+COMPLETION_TOKENS = {"finance": 24, "sql": 64, "function": 64}
+
+# --- the frozen table ---------------------------------------------------------------------
+# Columns: id, family, method, title, mix {dataset: weight}, knobs.
+# knobs: lr, steps, gpuh, nu, and optionally replay, lora (rank), warmup, sched, rewards,
+# beta, temp, stage_max (conflict "stage gt N"), template (conflict on the chat template).
+
+_SPEC: tuple[tuple, ...] = (
+    # finance: FinQA-like -> TAT-QA-like
+    ("S01", "finance", "sft", "Standard TAT-QA-style SFT", {"finance/target/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.0, nu="continue")),
+    ("S02", "finance", "sft", "TAT-QA-style SFT with task-bank self-replay", {"finance/target/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.5, nu="restart", replay=0.25)),
+    ("S03", "finance", "sft", "Chain-of-thought-augmented finance SFT", {"finance/target-cot/train": 0.7, "finance/target/train": 0.3},
+     dict(lr=5e-4, steps=120, gpuh=4.0, nu="continue")),
+    ("S04", "finance", "sft", "LoRA r=8 finance SFT", {"finance/target/train": 1.0},
+     dict(lr=2e-3, steps=120, gpuh=2.0, nu="restart", lora=8, stage_max=1)),
+    ("G01", "finance", "grpo", "Numeric-match GRPO on TAT-QA-style questions", {"finance/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=5.0, nu="continue", rewards=("numeric_match",), beta=0.0, temp=1.0)),
+    ("G02", "finance", "grpo", "Numeric-match + format GRPO", {"finance/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=5.0, nu="continue", rewards=("numeric_match", "format"), beta=0.04, temp=1.0,
+          template=True)),
+    ("G03", "finance", "grpo", "Aggressive numeric-match GRPO (long warm-up, no KL)", {"finance/target/train": 1.0},
+     dict(lr=5e-4, steps=32, gpuh=5.5, nu="none", rewards=("numeric_match",), beta=0.0, temp=1.2, warmup=0.3)),
+    ("G04", "finance", "grpo", "Format-only GRPO, LoRA r=16", {"finance/target/train": 1.0},
+     dict(lr=5e-4, steps=32, gpuh=3.0, nu="restart", rewards=("format",), beta=0.0, temp=1.0, lora=16,
+          stage_max=0, template=True)),
+    # sql: Spider-like -> BIRD-like
+    ("S05", "sql", "sft", "Standard BIRD-style SFT", {"sql/target/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.0, nu="continue")),
+    ("S06", "sql", "sft", "Evidence-augmented SQL SFT", {"sql/target-evidence/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.5, nu="continue")),
+    ("S07", "sql", "sft", "Schema-linked SQL SFT", {"sql/target-schema/train": 0.6, "sql/target/train": 0.4},
+     dict(lr=5e-4, steps=120, gpuh=3.5, nu="continue", stage_max=1)),
+    ("S08", "sql", "sft", "LoRA r=16 SQL SFT with self-replay", {"sql/target/train": 1.0},
+     dict(lr=2e-3, steps=120, gpuh=2.5, nu="restart", lora=16, replay=0.2)),
+    ("G05", "sql", "grpo", "Execution-reward GRPO", {"sql/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.04, temp=1.0)),
+    ("G06", "sql", "grpo", "Execution + format GRPO", {"sql/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=6.0, nu="continue", rewards=("execution", "format"), beta=0.04, temp=1.0,
+          template=True)),
+    ("G07", "sql", "grpo", "Execution-reward GRPO on evidence prompts", {"sql/target-evidence/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.0, temp=1.0)),
+    ("G08", "sql", "grpo", "Hot-sampling execution GRPO, LoRA r=16", {"sql/target/train": 1.0},
+     dict(lr=5e-4, steps=32, gpuh=4.0, nu="restart", rewards=("execution",), beta=0.0, temp=1.3, lora=16)),
+    # function calling: xLAM-like -> BFCL-like
+    ("S09", "function", "sft", "Standard BFCL-style function-call SFT", {"function/target/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.0, nu="continue")),
+    ("S10", "function", "sft", "Randomly sampled function-call SFT", {"function/target-random/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.0, nu="continue")),
+    ("S11", "function", "sft", "Function-call SFT with task-bank self-replay", {"function/target/train": 1.0},
+     dict(lr=5e-4, steps=120, gpuh=3.5, nu="restart", replay=0.25)),
+    ("S12", "function", "sft", "Aggressive-LR function-call SFT (long warm-up)", {"function/target/train": 1.0},
+     dict(lr=3e-3, steps=120, gpuh=3.0, nu="none", warmup=0.3, sched="constant", stage_max=0)),
+    ("G09", "function", "grpo", "AST-match GRPO", {"function/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=5.0, nu="continue", rewards=("ast_match",), beta=0.04, temp=1.0)),
+    ("G10", "function", "grpo", "AST-match + format GRPO", {"function/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=5.0, nu="continue", rewards=("ast_match", "format"), beta=0.04, temp=1.0,
+          template=True)),
+    ("G11", "function", "grpo", "Format-only GRPO (JSON validity)", {"function/target/train": 1.0},
+     dict(lr=1e-4, steps=32, gpuh=4.0, nu="continue", rewards=("format",), beta=0.0, temp=1.0, template=True)),
+    ("G12", "function", "grpo", "AST-match GRPO on random samples, LoRA r=8", {"function/target-random/train": 1.0},
+     dict(lr=5e-4, steps=32, gpuh=3.5, nu="restart", rewards=("ast_match",), beta=0.0, temp=1.0, lora=8)),
+)
+
+
+def catalogue_sha256() -> str:
+    """Hash of the frozen table (independent of any world's dataset hashes)."""
+    constants = {"step_scale": STEP_SCALE, "protocols": OUTPUT_PROTOCOL, "lora_targets": LORA_TARGETS,
+                 "replay": REPLAY_ENTRIES, "sft_batch": SFT_BATCH, "generations": GRPO_GENERATIONS,
+                 "completion_tokens": COMPLETION_TOKENS}
+    return content_hash({"table": [list(row) for row in _SPEC], "constants": constants})
+
+
+def card_ids() -> tuple[str, ...]:
+    return tuple(row[0] for row in _SPEC)
+
+
+def catalogue(world: "World") -> tuple[CandidateCard, ...]:
+    """The 24 cards, bound to this world's dataset hashes and step scale."""
+    return tuple(_card(row, world) for row in _SPEC)
+
+
+def card_by_id(world: "World", card_id: str) -> CandidateCard:
+    return {c.id: c for c in catalogue(world)}[card_id]
+
+
+def _dataset(world: "World", ds: str) -> DatasetRef:
+    if ds not in world.datasets:
+        raise KeyError(f"world {world.size} has no dataset {ds!r} (catalogue and evaluators disagree)")
+    return DatasetRef(id=ds, sha256=world.datasets[ds])
+
+
+def _card(row: tuple, world: "World") -> CandidateCard:
+    cid, family, method, title, mix, k = row
+    steps = max(4, round(k["steps"] * STEP_SCALE.get(world.size, 1.0)))
+    grpo = method == "grpo"
+    batch = (4 * GRPO_GENERATIONS) if grpo else SFT_BATCH
+    replay = k.get("replay", 0.0)
+    data = DataRecipe(
+        mix=tuple(DataMix(dataset=_dataset(world, ds), weight=w) for ds, w in mix.items()),
+        n_examples=steps * (batch // GRPO_GENERATIONS if grpo else batch),
+        replay_share=replay, replay_entries=REPLAY_ENTRIES if replay else (),
+    )
+    hp = HyperParams(
+        learning_rate=k["lr"], batch_size=batch, lr_scheduler=k.get("sched", "cosine"),
+        warmup_ratio=k.get("warmup", 0.05), max_length=512,
+        num_generations=GRPO_GENERATIONS if grpo else None,
+        max_completion_length=COMPLETION_TOKENS[family] if grpo else None,
+        beta=k.get("beta") if grpo else None, temperature=k.get("temp") if grpo else None,
+        rewards=k.get("rewards", ()),
+    )
+    adapter = (Adapter(kind="lora", rank=k["lora"], alpha=2 * k["lora"], targets=LORA_TARGETS)
+               if "lora" in k else Adapter(kind="full"))
+    return CandidateCard(id=cid, title=title, method=method, family=family, data=data, hparams=hp,
+                         adapter=adapter, budget=NominalBudget(steps=steps, device_hours=k["gpuh"]), nu=k["nu"])
+
+
+def runtime_of(card: CandidateCard) -> str:
+    """The runtime a card needs: LoRA cards need peft on top of their TRL trainer."""
+    if card.adapter.kind == "lora":
+        return "peft-lora"
+    return "trl-grpo" if card.method == "grpo" else "trl-sft"
+
+
+def applicability(card: CandidateCard, world: "World") -> Applicability:
+    """B_i: the five required values and the named hard conflicts, as data."""
+    k = {row[0]: row[5] for row in _SPEC}[card.id]
+    protocol = OUTPUT_PROTOCOL[card.family]
+    conflicts = [Conflict(name=f"requires output protocol {protocol}", field="output_protocol", op="ne",
+                          value=protocol)]
+    for ref in card.data.mix:
+        if not ref.dataset.id.endswith("/target/train"):  # a non-standard pool the context may lack
+            conflicts.append(Conflict(name=f"needs dataset {ref.dataset.id}", field="datasets",
+                                      op="not_contains", value=ref.dataset.id))
+    runtime = runtime_of(card)
+    if runtime == "peft-lora":
+        conflicts.append(Conflict(name="requires runtime peft-lora", field="runtimes", op="not_contains",
+                                  value="peft-lora"))
+    if "stage_max" in k:
+        conflicts.append(Conflict(name=f"conflicts with a later-stage parent (stage > {k['stage_max']})",
+                                  field="stage", op="gt", value=k["stage_max"]))
+    template = world.chat_template_sha256 if k.get("template") else None
+    if template:
+        conflicts.append(Conflict(name=f"conflicts: parent chat template != {template[:12]}",
+                                  field="parent.chat_template_sha256", op="ne", value=template))
+    return Applicability(
+        family=card.family, datasets=tuple(m.dataset for m in card.data.mix), runtime=runtime,
+        parent_arch=world.model.arch, chat_template_sha256=template, max_stage=k.get("stage_max"),
+        output_protocol=protocol, conflicts=tuple(conflicts),
+    )

@@ -1,0 +1,266 @@
+"""The embedded world: a recipe, the base model built from it, and the cache that keeps it.
+
+A world is fully determined by its `Recipe` (model config, tokenizer size, pretraining
+mixture, steps, seed) plus the content hashes of the datasets it is pretrained on. The
+recipe hash keys the cache, so a changed generator or recipe builds a new world instead of
+silently reusing a stale one.
+
+Cache layout (root: `$AGENT_CACHE`, else `~/.cache/posttrain-agent`):
+
+    worlds/<size>-<hash12>/base/        the out-of-the-box parent (safetensors + tokenizer)
+    worlds/<size>-<hash12>/world.json   the World manifest (hashes, build seconds)
+    worlds/<size>-<hash12>/seed-bank/   L(0), built by agent.seed_bank
+
+Everything is written to a temporary sibling and renamed into place, so a crash never
+leaves a half-built world that looks complete. Loading never touches the hub.
+
+The `smol` size is not built here: it is converted from a GGUF (agent/smol.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import content_hash, file_sha256, sha256_text
+from experience_bank.records import ModelRef
+
+Progress = Callable[[str, int, int], None]
+"""progress(phase, done, total): called as work advances (a rich bar in the CLI)."""
+
+WORLD_FORMAT = "world-v1"
+"""Bumped when the build code changes in a way that changes the weights."""
+
+FAMILIES = ("finance", "sql", "function")
+OUTPUT_PROTOCOLS = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
+RUNTIMES = ("trl-sft", "trl-grpo", "peft-lora")
+EVAL_PROTOCOL = "embedded-v1"
+SUITES = ("finance/source", "finance/target", "sql/source", "sql/target",
+          "function/source", "function/target", "ifeval", "captrack")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines the base model (hashed into the cache key)."""
+
+    size: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_length: int
+    mixture: tuple[tuple[str, int], ...]
+    """(dataset id, examples drawn) of the pretraining mixture: source tasks + retention data."""
+    steps: int
+    batch_size: int
+    learning_rate: float
+    seed: int = 0
+
+
+# Source tasks carry most of the mixture: the base starts non-zero on the targets through
+# transfer only (target pools are kept for the candidates). ifeval/captrack train pools give
+# it instruction following to keep and something to forget.
+_MIX = ("finance/source/train", "sql/source/train", "function/source/train", "ifeval/train", "captrack/train")
+
+RECIPES: dict[str, Recipe] = {
+    "test": Recipe(size="test", vocab_size=1024, hidden_size=64, intermediate_size=192,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   max_length=384, mixture=tuple(zip(_MIX, (400, 400, 400, 300, 300))),
+                   steps=120, batch_size=16, learning_rate=2e-3),
+    "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=576,
+                      num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
+                      max_length=384, mixture=tuple(zip(_MIX, (2000, 2000, 2000, 1500, 1500))),
+                      steps=700, batch_size=32, learning_rate=1e-3),
+}
+
+
+@dataclass(frozen=True)
+class World:
+    """A built world: where its base model lives and the hashes that identify it."""
+
+    size: str
+    seed: int
+    recipe_sha256: str
+    root: str
+    """World directory (holds base/, world.json, seed-bank/)."""
+    base_dir: str
+    """The out-of-the-box parent, a local HF folder."""
+    model: ModelRef
+    chat_template_sha256: str
+    datasets: dict[str, str] = field(hash=False)
+    """Every training dataset id of the world -> content hash."""
+    build_seconds: float = 0.0
+    output_protocols: dict[str, str] = field(default_factory=lambda: dict(OUTPUT_PROTOCOLS), hash=False)
+    eval_protocol: str = EVAL_PROTOCOL
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["model"] = self.model.model_dump(mode="json")
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "World":
+        d = json.loads(text)
+        d["model"] = ModelRef.model_validate(d["model"])
+        return cls(**d)
+
+
+def cache_root() -> Path:
+    """`$AGENT_CACHE` if set, else `~/.cache/posttrain-agent`."""
+    env = os.environ.get("AGENT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "posttrain-agent"
+
+
+def recipe_for(size: str) -> Recipe:
+    if size not in RECIPES:
+        raise BadInput(f"unknown world size {size!r}: choose one of {', '.join([*RECIPES, 'smol'])}")
+    return RECIPES[size]
+
+
+def recipe_sha256(recipe: Recipe) -> str:
+    """Hash of the recipe, the build format and the pretraining data's content hashes."""
+    from evaluators import tasks
+
+    data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds, _ in recipe.mixture}
+    return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data})
+
+
+def world_dir(size: str, recipe_hash: str) -> Path:
+    return cache_root() / "worlds" / f"{size}-{recipe_hash[:12]}"
+
+
+def ensure_world(size: str = "default", *, progress: Progress | None = None) -> World:
+    """The world of this size: loaded from the cache, or built (and cached) when missing."""
+    if size == "smol":
+        from agent.smol import ensure_smol_world
+
+        return ensure_smol_world(progress=progress)
+    recipe = recipe_for(size)
+    rhash = recipe_sha256(recipe)
+    root = world_dir(size, rhash)
+    manifest = root / "world.json"
+    if manifest.exists():
+        return World.from_json(manifest.read_text())
+    return _build(recipe, rhash, root, progress)
+
+
+def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) -> World:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    try:
+        t0 = time.monotonic()
+        build_base_model(recipe, tmp / "base", progress)
+        world = _describe(recipe, rhash, root, tmp / "base", time.monotonic() - t0)
+        (tmp / "world.json").write_text(world.to_json())
+        if root.exists():  # a concurrent build finished first: keep the existing one
+            shutil.rmtree(tmp)
+            return World.from_json((root / "world.json").read_text())
+        os.rename(tmp, root)
+        return world
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
+    from evaluators import tasks
+
+    template = json.loads((built_base / "tokenizer_config.json").read_text()).get("chat_template")
+    if template is None:
+        template = (built_base / "chat_template.jinja").read_text()
+    tsha = sha256_text(template)
+    model = ModelRef(id=f"world-{recipe.size}/base", sha256=file_sha256(str(built_base / "model.safetensors")),
+                     arch="qwen3", chat_template_sha256=tsha)
+    datasets = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}
+    return World(size=recipe.size, seed=recipe.seed, recipe_sha256=rhash, root=str(root),
+                 base_dir=str(root / "base"), model=model, chat_template_sha256=tsha,
+                 datasets=datasets, build_seconds=round(seconds, 1))
+
+
+# --- building the base model ------------------------------------------------------------
+
+
+def pretraining_rows(recipe: Recipe) -> list[dict]:
+    """The pretraining mixture as TRL prompt/completion rows, in a fixed seeded order."""
+    import random
+
+    from evaluators import tasks
+
+    rows: list[dict] = []
+    for ds, n in recipe.mixture:
+        pool = tasks.sft_examples(ds, recipe.seed)
+        rng = random.Random(f"{recipe.seed}:{ds}")
+        rows += [pool[i] for i in sorted(rng.sample(range(len(pool)), min(n, len(pool))))]
+    random.Random(recipe.seed).shuffle(rows)
+    return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+
+
+def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = None) -> None:
+    """Train the tokenizer, initialise a Qwen3-style model and pretrain it with TRL's SFTTrainer."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    from agent.tokenizer import train_tokenizer, world_texts
+
+    rows = pretraining_rows(recipe)
+    tok = train_tokenizer(world_texts(rows), recipe.vocab_size, recipe.max_length)
+    config = Qwen3Config(
+        vocab_size=len(tok), hidden_size=recipe.hidden_size, intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_hidden_layers, num_attention_heads=recipe.num_attention_heads,
+        num_key_value_heads=recipe.num_key_value_heads, head_dim=recipe.head_dim,
+        max_position_embeddings=recipe.max_length, tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+    )
+    torch.manual_seed(recipe.seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                                               do_sample=False)
+    _pretrain(model, tok, rows, recipe, out_dir, progress)
+    model.save_pretrained(out_dir)  # safetensors
+    tok.save_pretrained(out_dir)
+
+
+def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progress: Progress | None) -> None:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    class _Report(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if progress:
+                progress("pretrain", state.global_step, recipe.steps)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        args = SFTConfig(
+            output_dir=scratch, max_steps=recipe.steps, per_device_train_batch_size=recipe.batch_size,
+            learning_rate=recipe.learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, recipe.steps // 20),
+            weight_decay=0.0, max_length=recipe.max_length, seed=recipe.seed, data_seed=recipe.seed,
+            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
+            dataloader_num_workers=0, dataloader_pin_memory=False, save_strategy="no",
+            logging_steps=max(1, recipe.steps // 10), disable_tqdm=True,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                             processing_class=tok, callbacks=[_Report()])
+        trainer.remove_callback(PrinterCallback)  # the CLI shows a progress bar instead
+        trainer.train()
+        model.pretrain_log = [h for h in trainer.state.log_history if "loss" in h]
+
+
+def load_base(world: World):
+    """(model, tokenizer) of the world's base, from the local folder with the hub off."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return (AutoModelForCausalLM.from_pretrained(world.base_dir, local_files_only=True),
+            AutoTokenizer.from_pretrained(world.base_dir, local_files_only=True))
