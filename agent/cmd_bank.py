@@ -1,5 +1,101 @@
-"""CLI commands (see agent/cli.py). Filled in by the part of the project that owns them."""
+"""`agent bank ...`: thin commands over experience_bank.bank.Bank (see agent/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from experience_bank.bank import Bank
+from experience_bank.hashing import canonical_json
+
+DEFAULT_BANK = "runs/bank.sqlite"
+
+
+def bank_init(args) -> int:
+    with Bank.init(args.bank) as bank:
+        print(f"bank {args.bank}: schema {bank.schema_version()}, library version {bank.current_library_version()}")
+    return 0
+
+
+def bank_import(args) -> int:
+    with Bank.open(args.bank) as bank:
+        hashes = bank.import_jsonl(args.file, library_note=f"import {args.file}")
+        print(f"imported {len(hashes)} records; library version {bank.current_library_version()}")
+    return 0
+
+
+def bank_export(args) -> int:
+    with Bank.open(args.bank) as bank:
+        entries = bank.library_records(args.version)
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    for entry in entries:
+        out.write(canonical_json(entry.record) + "\n")
+    if args.out:
+        out.close()
+    return 0
+
+
+def bank_list(args) -> int:
+    with Bank.open(args.bank) as bank:
+        for e in bank.library_records(args.version):
+            grade = e.record.evidence.grade if e.record.kind == "historical" else "-"
+            flag = " CONFLICTED" if e.conflicted else ""
+            print(f"{e.hash[:12]}  {e.record.kind:10s} {e.record.card.id:16s} grade {grade}{flag}")
+    return 0
+
+
+def bank_show(args) -> int:
+    with Bank.open(args.bank) as bank:
+        found = bank.records_for(args.id) or [(h, bank.get_record(h)) for h in bank.record_hashes()
+                                              if h.startswith(args.id)]
+    if not found:
+        print(f"no record with card id or hash prefix {args.id!r}", file=sys.stderr)
+        return 1
+    for h, record in found:
+        print(json.dumps({"hash": h, "record": record.model_dump(mode="json")}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def bank_verify(args) -> int:
+    with Bank.open(args.bank) as bank:
+        problems = bank.verify()
+    for line in problems:
+        print(line)
+    print("bank verified: clean" if not problems else f"TAMPERED: {len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def bank_consolidate(args) -> int:
+    with Bank.open(args.bank) as bank:
+        version = bank.consolidate(args.episode)
+        print(f"episode {args.episode} -> library version {version} ({len(bank.library_records(version))} records)")
+    return 0
+
+
+def _command(group, name: str, func, example: str, help_text: str) -> argparse.ArgumentParser:
+    p = group.add_parser(name, help=help_text, description=f"{help_text}\n\nexample: {example}",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bank", default=DEFAULT_BANK, help=f"bank file (default {DEFAULT_BANK})")
+    p.set_defaults(func=func)
+    return p
 
 
 def register(sub) -> None:
-    """Add this module's subcommands to the `agent` parser."""
+    """Add `agent bank init|import|export|list|show|verify|consolidate`."""
+    bank = sub.add_parser("bank", help="the experience bank: records, library versions, histories")
+    group = bank.add_subparsers(dest="bank_command", required=True, metavar="BANK_COMMAND")
+    _command(group, "init", bank_init, "agent bank init --bank runs/bank.sqlite", "create a bank (idempotent)")
+    _command(group, "import", bank_import, "agent bank import records.jsonl",
+             "import a JSONL file of records all or nothing, as a new library version").add_argument("file")
+    p = _command(group, "export", bank_export, "agent bank export --version 0 --out library.jsonl",
+                 "write a library version's records as JSONL")
+    p.add_argument("--version", type=int, default=None, help="library version (default: current)")
+    p.add_argument("--out", default=None, help="output file (default: stdout)")
+    p = _command(group, "list", bank_list, "agent bank list --version 1", "list a library version's records")
+    p.add_argument("--version", type=int, default=None, help="library version (default: current)")
+    _command(group, "show", bank_show, "agent bank show S03", "show records by card id or hash prefix").add_argument("id")
+    _command(group, "verify", bank_verify, "agent bank verify",
+             "recompute every hash and chain link; exit 1 naming the first broken row")
+    _command(group, "consolidate", bank_consolidate, "agent bank consolidate --episode E1",
+             "build the next library version from a finished episode").add_argument("--episode", required=True)

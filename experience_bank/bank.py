@@ -1,0 +1,408 @@
+"""The experience bank: frozen records, library versions and hash-chained episode histories.
+
+Plain SQLite through sqlite-utils (schema in `migrations.py`). Guarantees and their limits:
+- every write is one `BEGIN IMMEDIATE` transaction (all or nothing, even under kill -9), with
+  WAL and `synchronous=FULL`; a busy timeout lets two processes append to one bank;
+- rows of records, library versions, decisions, events and staged observations are frozen by
+  triggers, and each carries a content hash and a write timestamp;
+- `verify()` recomputes every hash and chain link. Someone with file access can rewrite a whole
+  chain consistently; catching that needs the head hash anchored outside the database, which
+  is out of scope here (see research/reliability-and-performance.md §A2).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from pydantic import TypeAdapter, ValidationError
+from sqlite_utils import Database
+
+from experience_bank import integrity, migrations
+from experience_bank.consolidate import NOISE_PP, conflicted_hashes, plan
+from experience_bank.errors import BadInput
+from experience_bank.hashing import canonical_json, chain_hash, content_hash, sha256_text
+from experience_bank.records import Decision, Event, HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
+
+BUSY_TIMEOUT_S = 30.0
+"""How long a writer waits for another process's write transaction before giving up."""
+Record = HistoricalRecord | Proposal
+_IDENT = TypeAdapter(Ident)
+_SHA = TypeAdapter(Sha256)
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    """One record as listed in one library version."""
+
+    hash: str
+    """Content hash of the record."""
+    record: Record
+    """The record or proposal."""
+    conflicted: bool
+    """Contradicting evidence for the same card and context is in this version: no direct Train."""
+    missing: tuple[str, ...] = ()
+    """Provenance artefacts that were absent when this version was consolidated."""
+
+
+class SeqTaken(BadInput):
+    """A different event already holds this (episode, seq): re-read the history and append after it."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _check(adapter: TypeAdapter, value: object, what: str) -> None:
+    try:
+        adapter.validate_python(value, strict=True)
+    except ValidationError:
+        raise BadInput(f"{what} {value!r} is malformed: see experience_bank/records.py for its pattern") from None
+
+
+def decision_hash(decision: Decision) -> str:
+    """sha256 of the canonical JSON of every field of a decision except decision_hash."""
+    return content_hash(decision.model_dump(mode="json", exclude={"decision_hash"}))
+
+
+class Bank:
+    """An experience bank in one SQLite file (or `":memory:"` for tests)."""
+
+    def __init__(self, path: str | Path = ":memory:"):
+        """Connect and bring the schema up to date (BadInput if the bank is newer than this code)."""
+        self.path = str(path)
+        self.base_dir = Path.cwd() if self.path == ":memory:" else Path(self.path).resolve().parent
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        self.db = Database(conn)
+        try:
+            if self.path != ":memory:":
+                self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self._migrate()
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def init(cls, path: str | Path) -> "Bank":
+        """Create a bank (or open an existing one) and run any pending migrations."""
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "Bank":
+        """Open an existing bank; BadInput if it is missing or newer than this code."""
+        if str(path) != ":memory:" and not Path(path).is_file():
+            raise BadInput(f"no bank at {path}: create one with `agent bank init --bank {path}`")
+        return cls(path)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Bank":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[Database]:
+        """One write transaction: BEGIN IMMEDIATE takes the write lock up front, so a
+        read-then-write (next seq, next version) cannot interleave with another process."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        if not migrations.pending(self.db):
+            return  # read-only when up to date: opening a bank never rewrites it
+        with self._write() as db:
+            migrations.apply(db, migrations.pending(db))
+
+    def schema_version(self) -> int:
+        return migrations.schema_version(self.db)
+
+    # --- records ------------------------------------------------------------------------
+
+    def import_records(self, records: Iterable[Record], *, library_note: str | None = None) -> list[str]:
+        """Store records (frozen, content-hashed) in one transaction; return their hashes.
+
+        With `library_note`, the same transaction also creates a new library version holding
+        the current version's records plus these."""
+        records = list(records)
+        for n, r in enumerate(records):
+            if not isinstance(r, (HistoricalRecord, Proposal)):
+                raise BadInput(f"item {n} is a {type(r).__name__}, not a HistoricalRecord or Proposal")
+        rows = [self._record_row(r) for r in records]
+        with self._write() as db:
+            db.conn.executemany(
+                "INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", rows)
+            if library_note is not None:
+                base = [e.hash for e in self._entries(self.current_library_version())]
+                self._insert_version(base + [r["hash"] for r in rows], library_note, None, None)
+        return [r["hash"] for r in rows]
+
+    def import_jsonl(self, path: str | Path, *, library_note: str | None = None) -> list[str]:
+        """Parse every line strictly first (BadInput names the line), then import all or nothing."""
+        if not Path(path).is_file():
+            raise BadInput(f"no file {path}: give the path of a JSONL file of records")
+        records = []
+        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(parse_record(line))
+            except BadInput as exc:
+                raise BadInput(f"{path} line {n}: {exc}") from None
+        if not records:
+            raise BadInput(f"{path} holds no records: one JSON record per line")
+        return self.import_records(records, library_note=library_note)
+
+    @staticmethod
+    def _record_row(record: Record) -> dict:
+        body = canonical_json(record)
+        source = content_hash(record.source) if isinstance(record, HistoricalRecord) else None
+        return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
+                "source_hash": source, "body": body, "written_at": _now()}
+
+    def get_record(self, record_hash: str) -> Record:
+        """The record with this content hash (BadInput if absent)."""
+        row = self.db.execute("SELECT body FROM records WHERE hash = ?", [record_hash]).fetchone()
+        if row is None:
+            raise BadInput(f"no record {record_hash} in the bank: list hashes with `agent bank list`")
+        return parse_record(row[0])
+
+    def records_for(self, card_id: str, source_hash: str | None = None) -> list[tuple[str, Record]]:
+        """(hash, record) of every stored record of a card, optionally for one source context."""
+        sql, args = "SELECT hash, body FROM records WHERE card_id = ?", [card_id]
+        if source_hash is not None:
+            sql, args = sql + " AND source_hash = ?", args + [source_hash]
+        return [(h, parse_record(b)) for h, b in self.db.execute(sql + " ORDER BY rowid", args)]
+
+    def record_hashes(self) -> list[str]:
+        return [h for (h,) in self.db.execute("SELECT hash FROM records ORDER BY rowid")]
+
+    # --- library versions ---------------------------------------------------------------
+
+    def current_library_version(self) -> int:
+        """The newest library version; 0 (the empty L(0)) when none has been created."""
+        (latest,) = self.db.execute("SELECT max(version) FROM library_versions").fetchone()
+        return 0 if latest is None else latest
+
+    def _has_version(self, version: int) -> bool:
+        row = self.db.execute("SELECT 1 FROM library_versions WHERE version = ?", [version]).fetchone()
+        return row is not None or (version == 0 and self.current_library_version() == 0)
+
+    def _entries(self, version: int) -> list[LibraryEntry]:
+        if not self._has_version(version):
+            raise BadInput(f"no library version {version} (latest is {self.current_library_version()})")
+        rows = self.db.execute(
+            "SELECT e.record_hash, r.body, e.conflicted, e.missing FROM library_entries e "
+            "JOIN records r ON r.hash = e.record_hash WHERE e.version = ? ORDER BY e.rowid", [version])
+        return [LibraryEntry(h, parse_record(b), bool(c), tuple(json.loads(m))) for h, b, c, m in rows]
+
+    def library_records(self, version: int | None = None) -> list[LibraryEntry]:
+        """The entries of a library version (default: the current one); old versions stay readable."""
+        return self._entries(self.current_library_version() if version is None else version)
+
+    def create_library_version(self, record_hashes: Iterable[str], note: str) -> int:
+        """A new library version holding exactly these stored records; conflicts are flagged."""
+        with self._write():
+            return self._insert_version(list(record_hashes), note, None, None)
+
+    def _insert_version(self, hashes: list[str], note: str, base: int | None, episode_id: str | None,
+                        missing: dict[str, tuple[str, ...]] | None = None) -> int:
+        hashes = list(dict.fromkeys(hashes))
+        records = [self.get_record(h) for h in hashes]
+        conflicted = conflicted_hashes(records)
+        (latest,) = self.db.execute("SELECT max(version) FROM library_versions").fetchone()
+        version = 0 if latest is None else latest + 1
+        self.db.execute("INSERT INTO library_versions (version, base_version, episode_id, note, created_at) "
+                        "VALUES (?, ?, ?, ?, ?)", [version, base, episode_id, note, _now()])
+        self.db.conn.executemany(
+            "INSERT INTO library_entries (version, record_hash, conflicted, missing) VALUES (?, ?, ?, ?)",
+            [(version, h, int(h in conflicted), json.dumps(list((missing or {}).get(h, ()))))
+             for h in hashes])
+        return version
+
+    # --- episodes and the history H_t ---------------------------------------------------
+
+    def _episode(self, episode_id: str) -> dict:
+        row = self.db.execute("SELECT manifest_hash, library_version, genesis, finished_at FROM episodes "
+                              "WHERE episode_id = ?", [episode_id]).fetchone()
+        if row is None:
+            raise BadInput(f"no episode {episode_id!r} in the bank: start it first")
+        return dict(zip(("manifest_hash", "library_version", "genesis", "finished_at"), row))
+
+    def _running(self, episode_id: str) -> dict:
+        episode = self._episode(episode_id)
+        if episode["finished_at"] is not None:
+            raise BadInput(f"episode {episode_id!r} is finished: its history is closed")
+        return episode
+
+    def start_episode(self, episode_id: str, manifest_hash: str, library_version: int) -> None:
+        """Open an episode over a library version (idempotent for the same arguments)."""
+        _check(_IDENT, episode_id, "episode id")
+        _check(_SHA, manifest_hash, "manifest hash")
+        with self._write() as db:
+            if not self._has_version(library_version):
+                raise BadInput(f"no library version {library_version} (latest is {self.current_library_version()})")
+            old = db.execute("SELECT manifest_hash, library_version FROM episodes WHERE episode_id = ?",
+                             [episode_id]).fetchone()
+            if old is not None and tuple(old) != (manifest_hash, library_version):
+                raise BadInput(f"episode {episode_id!r} already exists with another manifest or library version")
+            if old is None:
+                db.execute("INSERT INTO episodes (episode_id, manifest_hash, library_version, genesis, started_at) "
+                           "VALUES (?, ?, ?, ?, ?)", [episode_id, manifest_hash, library_version,
+                                                      integrity.episode_genesis(episode_id, manifest_hash, library_version), _now()])
+
+    def _insert_decision(self, episode_id: str, decision: Decision) -> str:
+        if decision_hash(decision) != decision.decision_hash:
+            raise BadInput(f"decision for {decision.candidate_id} has a decision_hash that does not match its "
+                           "fields: compute it with experience_bank.bank.decision_hash")
+        self.db.execute("INSERT OR IGNORE INTO decisions (episode_id, decision_hash, candidate_id, body, written_at) "
+                        "VALUES (?, ?, ?, ?, ?)", [episode_id, decision.decision_hash, decision.candidate_id,
+                                                    canonical_json(decision), _now()])
+        return decision.decision_hash
+
+    def record_decision(self, episode_id: str, decision: Decision) -> str:
+        """Freeze a decision before any outcome exists (idempotent on its hash)."""
+        with self._write():
+            self._running(episode_id)
+            return self._insert_decision(episode_id, decision)
+
+    def append_event(self, event: Event) -> str:
+        """Append an executed event at the next seq; return its chain hash.
+
+        Idempotent: the identical event at an existing seq returns the stored hash; a different
+        one raises SeqTaken. Its decision is frozen too, in the same transaction, if it was not."""
+        if event.candidate_id != event.decision.candidate_id:
+            raise BadInput(f"event {event.seq} is for {event.candidate_id} but its decision is for "
+                           f"{event.decision.candidate_id}: use one candidate id")
+        body = canonical_json(event)
+        body_hash = sha256_text(body)
+        with self._write() as db:
+            row = db.execute("SELECT body_hash, hash FROM events WHERE episode_id = ? AND seq = ?",
+                             [event.episode_id, event.seq]).fetchone()
+            if row is not None:
+                if row[0] != body_hash:
+                    raise SeqTaken(f"episode {event.episode_id!r} seq {event.seq} already holds a different event: "
+                                   "re-read the history and append after it")
+                return row[1]
+            episode = self._running(event.episode_id)
+            last = db.execute("SELECT seq, hash FROM events WHERE episode_id = ? ORDER BY seq DESC LIMIT 1",
+                              [event.episode_id]).fetchone()
+            next_seq, prev = (0, episode["genesis"]) if last is None else (last[0] + 1, last[1])
+            if event.seq != next_seq:
+                raise BadInput(f"episode {event.episode_id!r} expects seq {next_seq}, got {event.seq}: no gaps")
+            self._insert_decision(event.episode_id, event.decision)
+            link = chain_hash(prev, body_hash)
+            db.execute("INSERT INTO events (episode_id, seq, candidate_id, body, body_hash, prev_hash, hash, written_at) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [event.episode_id, event.seq, event.candidate_id,
+                                                           body, body_hash, prev, link, _now()])
+            return link
+
+    def events(self, episode_id: str) -> list[Event]:
+        """The episode's history H_t in order."""
+        self._episode(episode_id)
+        rows = self.db.execute("SELECT body FROM events WHERE episode_id = ? ORDER BY seq", [episode_id])
+        return [parse_model(Event, b) for (b,) in rows]
+
+    def stage_observation(self, episode_id: str, record: HistoricalRecord) -> str:
+        """Keep new evidence produced by a running episode for its consolidation (idempotent)."""
+        if not isinstance(record, HistoricalRecord):
+            raise BadInput("only a HistoricalRecord (with evidence) can be staged as an observation")
+        row = self._record_row(record)
+        with self._write() as db:
+            seen = db.execute("SELECT 1 FROM staged WHERE episode_id = ? AND record_hash = ?",
+                              [episode_id, row["hash"]]).fetchone()
+            if seen is None:
+                self._running(episode_id)
+                db.execute("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                           "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", row)
+                db.execute("INSERT INTO staged (episode_id, record_hash, written_at) VALUES (?, ?, ?)",
+                           [episode_id, row["hash"], _now()])
+        return row["hash"]
+
+    def staged(self, episode_id: str) -> list[HistoricalRecord]:
+        rows = self.db.execute("SELECT r.body FROM staged s JOIN records r ON r.hash = s.record_hash "
+                               "WHERE s.episode_id = ? ORDER BY s.rowid", [episode_id])
+        return [parse_record(b) for (b,) in rows]
+
+    def finish_episode(self, episode_id: str) -> None:
+        """Close the episode's history (idempotent)."""
+        with self._write() as db:
+            self._episode(episode_id)
+            db.execute("UPDATE episodes SET finished_at = ? WHERE episode_id = ? AND finished_at IS NULL",
+                       [_now(), episode_id])
+
+    # --- consolidation and verification -------------------------------------------------
+
+    def consolidate(self, episode_id: str, noise_pp: float = NOISE_PP) -> int:
+        """L(e+1) = Consolidate(L(e), H_T): provenance check, de-duplication, conflict review.
+
+        L(e) is the version the episode started on. Idempotent: a consolidated episode returns
+        its version."""
+        with self._write() as db:
+            done = db.execute("SELECT version FROM library_versions WHERE episode_id = ?", [episode_id]).fetchone()
+            if done is not None:
+                return done[0]
+            episode = self._episode(episode_id)
+            if episode["finished_at"] is None:
+                raise BadInput(f"episode {episode_id!r} is still running: finish it before consolidating")
+            observations = self._observations(episode["library_version"], episode_id)
+            planned = plan(observations, f"consolidate episode {episode_id}", noise_pp)
+            for p in planned:
+                if p.members:
+                    merged = self._record_row(p.record)
+                    db.execute("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                               "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", merged)
+                    db.conn.executemany("INSERT OR IGNORE INTO replicates (merged_hash, member_hash) VALUES (?, ?)",
+                                        [(merged["hash"], content_hash(m)) for m in p.members])
+            hashes = [content_hash(p.record) for p in planned]
+            missing = {h: self._missing(p.record) for h, p in zip(hashes, planned)}
+            return self._insert_version(hashes, f"consolidate episode {episode_id}", episode["library_version"],
+                                        episode_id, missing)
+
+    def _observations(self, version: int, episode_id: str) -> list[Record]:
+        """Raw observations behind L(e) and the staged evidence, every stored hash rechecked."""
+        rows = list(self.db.execute(
+            "SELECT r.hash, r.body FROM library_entries e JOIN records r ON r.hash = e.record_hash "
+            "WHERE e.version = ? UNION SELECT r.hash, r.body FROM staged s JOIN records r "
+            "ON r.hash = s.record_hash WHERE s.episode_id = ?", [version, episode_id]))
+        out: list[Record] = []
+        for h, body in rows:
+            if sha256_text(body) != h:
+                raise BadInput(f"record {h} fails its hash check: run `agent bank verify` before consolidating")
+            members = self.db.execute("SELECT r.hash, r.body FROM replicates p JOIN records r ON r.hash = p.member_hash "
+                                      "WHERE p.merged_hash = ?", [h]).fetchall()
+            for mh, mbody in members:
+                if sha256_text(mbody) != mh:
+                    raise BadInput(f"record {mh} fails its hash check: run `agent bank verify` before consolidating")
+            # A merged record is re-derived from its raw members, so replicates are never double-counted.
+            if members:
+                out.extend(parse_record(b) for _, b in members)
+            else:
+                out.append(parse_record(body))
+        return out
+
+    def _missing(self, record: Record) -> tuple[str, ...]:
+        return tuple(a for a in record.provenance.artefacts if not (self.base_dir / a).exists())
+
+    def verify(self) -> list[str]:
+        """Recompute every record, decision and event hash and every chain link.
+
+        Returns one line per problem, the first broken row first; empty means clean."""
+        return integrity.verify(self.db)

@@ -1,0 +1,126 @@
+"""The bank's schema as an ordered list of named migrations.
+
+A migration is a function over a sqlite-utils Database, applied once, in order, inside the
+caller's write transaction. `PRAGMA user_version` holds how many have been applied, so a bank
+written by a newer agent (more migrations than this code knows) is refused instead of being
+misread. Never edit or reorder an applied migration: append a new one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Callable
+
+from sqlite_utils import Database
+
+from experience_bank.errors import BadInput
+
+# Tables whose rows are frozen once written: the triggers below refuse UPDATE and DELETE.
+FROZEN_TABLES = ("records", "replicates", "library_versions", "library_entries",
+                 "decisions", "events", "staged")
+
+
+def _freeze(db: Database, table: str) -> None:
+    for verb in ("UPDATE", "DELETE"):
+        db.execute(
+            f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, '{table} rows are frozen: {verb} refused'); END"
+        )
+
+
+def m001_records(db: Database) -> None:
+    # body is the canonical JSON the hash is taken over, so verify needs no re-serialisation.
+    db["records"].create(
+        {"hash": str, "kind": str, "card_id": str, "source_hash": str, "body": str, "written_at": str},
+        pk="hash", not_null={"kind", "card_id", "body", "written_at"},
+    )
+    db["records"].create_index(["card_id", "source_hash"])
+    # A consolidated record that merged several replicate observations lists them here.
+    db["replicates"].create({"merged_hash": str, "member_hash": str}, pk=("merged_hash", "member_hash"))
+
+
+def m002_library(db: Database) -> None:
+    db["library_versions"].create(
+        {"version": int, "base_version": int, "episode_id": str, "note": str, "created_at": str},
+        pk="version", not_null={"note", "created_at"},
+    )
+    # One version per consolidated episode: consolidation is idempotent.
+    db["library_versions"].create_index(["episode_id"], unique=True)
+    db["library_entries"].create(
+        {"version": int, "record_hash": str, "conflicted": int, "missing": str},
+        pk=("version", "record_hash"), not_null={"conflicted", "missing"},
+    )
+
+
+def m003_episodes(db: Database) -> None:
+    db["episodes"].create(
+        {"episode_id": str, "manifest_hash": str, "library_version": int, "genesis": str,
+         "started_at": str, "finished_at": str},
+        pk="episode_id", not_null={"manifest_hash", "library_version", "genesis", "started_at"},
+    )
+    # An episode row may change exactly once: finished_at from NULL to a time.
+    db.execute(
+        "CREATE TRIGGER episodes_finish_only BEFORE UPDATE ON episodes WHEN "
+        "OLD.finished_at IS NOT NULL OR NEW.episode_id IS NOT OLD.episode_id OR "
+        "NEW.manifest_hash IS NOT OLD.manifest_hash OR NEW.library_version IS NOT OLD.library_version OR "
+        "NEW.genesis IS NOT OLD.genesis OR NEW.started_at IS NOT OLD.started_at "
+        "BEGIN SELECT RAISE(ABORT, 'episodes may only be finished once: UPDATE refused'); END"
+    )
+    db.execute("CREATE TRIGGER episodes_no_delete BEFORE DELETE ON episodes "
+               "BEGIN SELECT RAISE(ABORT, 'episodes rows are frozen: DELETE refused'); END")
+    db["decisions"].create(
+        {"episode_id": str, "decision_hash": str, "candidate_id": str, "body": str, "written_at": str},
+        pk=("episode_id", "decision_hash"), not_null={"candidate_id", "body", "written_at"},
+    )
+    db["events"].create(
+        {"episode_id": str, "seq": int, "candidate_id": str, "body": str, "body_hash": str,
+         "prev_hash": str, "hash": str, "written_at": str},
+        pk=("episode_id", "seq"),
+        not_null={"candidate_id", "body", "body_hash", "prev_hash", "hash", "written_at"},
+    )
+    db["staged"].create({"episode_id": str, "record_hash": str, "written_at": str},
+                        pk=("episode_id", "record_hash"), not_null={"written_at"})
+
+
+def m004_freeze(db: Database) -> None:
+    for table in FROZEN_TABLES:
+        _freeze(db, table)
+
+
+MIGRATIONS: tuple[tuple[str, Callable[[Database], None]], ...] = (
+    ("m001_records", m001_records),
+    ("m002_library", m002_library),
+    ("m003_episodes", m003_episodes),
+    ("m004_freeze", m004_freeze),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(db: Database) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def check_not_newer(db: Database) -> None:
+    """BadInput when the bank was written by an agent that knows more migrations."""
+    found = schema_version(db)
+    if found > SCHEMA_VERSION:
+        raise BadInput(f"bank schema {found} is newer than this agent ({SCHEMA_VERSION}): upgrade the agent")
+
+
+def pending(db: Database) -> list[tuple[str, Callable[[Database], None]]]:
+    check_not_newer(db)
+    return list(MIGRATIONS[schema_version(db):])
+
+
+def apply(db: Database, todo: list[tuple[str, Callable[[Database], None]]]) -> list[str]:
+    """Run the given migrations (call inside a write transaction); return their names."""
+    if not db["_migrations"].exists():
+        db["_migrations"].create({"name": str, "applied_at": str}, pk="name")
+    done = []
+    for name, migration in todo:
+        migration(db)
+        db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+                   [name, datetime.now(timezone.utc).isoformat()])
+        done.append(name)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION if todo else schema_version(db)}")
+    return done
