@@ -1,0 +1,347 @@
+"""The shared adoption rule g (BCIT.md §6, CAPTRACK.md §2): one pure function over SuiteResults.
+
+Every policy's children face the same four checks, in this order, on ADOPTION splits only
+(the validation data a trial used would flatter the child):
+
+1. ifeval_guard  - prompt- and instruction-level strict IFEval within -2 pp of the INITIAL
+                   parent; non-compensable. The exact McNemar p on per-prompt outcomes is
+                   reported beside it (and blocks only if the run config says so).
+2. target        - the candidate's target reaches its minimum meaningful gain and U_prom > 0.
+3. captrack      - no CapTrack group or sub-capability worse than the allowed regime.
+4. hard_failures - unparseable share, any UNKNOWN metric or item, NaN, a failed sanity check.
+
+An evaluator error (None = UNKNOWN) makes the check that needs it fail: it never passes.
+The CapTrack profile arithmetic lives here (not in evaluators/) because policies/ may import
+only experience_bank and the gate must compute it; `agent profile` reuses it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import Field, ValidationError
+from scipy.stats import binomtest
+
+from experience_bank.errors import BadInput
+from experience_bank.records import Frozen, Ident
+from experience_bank.results import (
+    GateCheck, GateVerdict, Group, MetricSpec, SanityCheck, Severity, SuiteResult,
+)
+
+Results = Mapping[str, SuiteResult]
+SEVERITIES: tuple[Severity, ...] = ("none", "mild", "moderate", "severe", "catastrophic")
+_EPS = 1e-9  # float slack so that 48.0 - 50.0 counts as "within -2 pp"
+_FAMILIES = ("finance", "sql", "function")
+
+
+class GateConfig(Frozen):
+    """The gate's part of the run config (frozen in the manifest)."""
+
+    ifeval_max_drop_pp: Annotated[float, Field(ge=0.0)] = 2.0
+    """Largest allowed absolute drop of IFEval strict accuracy vs the initial parent."""
+    block_significant_smaller_drop: bool = False
+    """Also block a drop smaller than the threshold when McNemar is significant at alpha."""
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    """Significance level of the exact McNemar test."""
+    min_gain_pp: dict[str, Annotated[float, Field(ge=0.0)]] = {f: 2.0 for f in _FAMILIES}
+    """Minimum meaningful gain on the target, per family (pp)."""
+    kappa: dict[str, Annotated[float, Field(gt=0.0)]] = {f: 10.0 for f in _FAMILIES}
+    """Normalising scale of U_prom, per family (pp)."""
+    allowed_regime: Severity = "moderate"
+    """Worst CapTrack regime a group or sub-capability may reach (default: nothing severe)."""
+    max_unparseable_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2
+    """Largest share of unparseable child outputs per suite."""
+    ifeval_suite: Ident = "ifeval"
+    """Suite name of the retention guard."""
+    ifeval_prompt_metric: Ident = "prompt_strict"
+    """Prompt-level strict accuracy metric of that suite."""
+    ifeval_instruction_metric: Ident = "instruction_strict"
+    """Instruction-level strict accuracy metric of that suite."""
+
+
+def gate_config(mapping: Mapping | None) -> GateConfig:
+    """GateConfig from the run config's `gate:` section; unknown keys are BadInput."""
+    try:
+        return GateConfig.model_validate(dict(mapping or {}))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise BadInput(f"invalid gate config: field {loc}: {err['msg']}; fix the run config's gate section") from None
+
+
+# --- small statistics ------------------------------------------------------------------
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p: a binomial test of b discordant pairs out of b + c at 1/2."""
+    # policies/stats.py was not in the tree when this was written; scipy does the arithmetic.
+    if b + c == 0:
+        return 1.0
+    return float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+
+
+def discordant(before: SuiteResult, after: SuiteResult) -> tuple[int, int, int]:
+    """(b, c, n_unknown): b = correct before and wrong after, c = the reverse, paired by item id."""
+    a = {i.item_id: i.correct for i in before.items}
+    z = {i.item_id: i.correct for i in after.items}
+    if a.keys() != z.keys():
+        raise BadInput(f"suite {before.identity.suite}: item ids differ between the two models; evaluate both on the same split")
+    b = sum(1 for k in a if a[k] is True and z[k] is False)
+    c = sum(1 for k in a if a[k] is False and z[k] is True)
+    unknown = sum(1 for k in a if a[k] is None or z[k] is None)
+    return b, c, unknown
+
+
+# --- CapTrack profile --------------------------------------------------------------------
+
+
+class MetricDrift(Frozen):
+    name: Ident
+    """Metric key `suite.metric`."""
+    group: Group
+    """CAN / WILL / HOW."""
+    sub: Ident
+    """Sub-capability."""
+    base: float | None
+    """Score of the OOB (initial) model; None = UNKNOWN."""
+    value: float | None
+    """Score of the adapted model; None = UNKNOWN."""
+    abs_delta: float | None
+    """value - base (reported beside the relative number, CAPTRACK.md §1)."""
+    drift_pct: float | None
+    """Relative drift in %, signed so that negative is harm (direction applied)."""
+    decides: bool
+    """False when the base is zero or below the metric's floor, or a score is UNKNOWN."""
+
+
+class CapDrift(Frozen):
+    name: Ident
+    """Group (CAN) or sub-capability (`CAN/C1`)."""
+    drift_pct: float | None
+    """Equal-weight mean of the deciding members' drift; None when none decides."""
+    severity: Severity | None
+    """Regime of drift_pct; None when nothing decides."""
+    n_members: Annotated[int, Field(ge=0)]
+    """Metrics (for a sub) or subs (for a group) inside it."""
+
+
+class Profile(Frozen):
+    metrics: tuple[MetricDrift, ...]
+    """Per metric."""
+    subs: tuple[CapDrift, ...]
+    """Per sub-capability."""
+    groups: tuple[CapDrift, ...]
+    """Per group; never one global mean (a flat mean hides structural collapse)."""
+
+
+def severity(drift_pct: float) -> Severity:
+    """CAPTRACK.md §1 regimes at -1 / -5 / -10 / -20 %."""
+    if drift_pct > -1.0:
+        return "none"
+    if drift_pct > -5.0:
+        return "mild"
+    if drift_pct > -10.0:
+        return "moderate"
+    if drift_pct > -20.0:
+        return "severe"
+    return "catastrophic"
+
+
+def _harm_signed(rel: float, direction: str) -> float:
+    if direction == "higher":
+        return rel
+    if direction == "lower":
+        return -rel
+    return -abs(rel)  # "change": any move of a style metric is drift
+
+
+def metric_drift(spec: MetricSpec, base: float | None, value: float | None) -> MetricDrift:
+    """Relative drift of one metric; a zero or sub-floor base is reported but does not decide."""
+    known = base is not None and value is not None
+    abs_delta = value - base if known else None
+    rel = (value - base) / abs(base) * 100.0 if known and base != 0 else None
+    drift = _harm_signed(rel, spec.direction) if rel is not None else None
+    decides = drift is not None and abs(base) >= spec.floor
+    return MetricDrift(name=spec.name, group=spec.group, sub=spec.sub, base=base, value=value,
+                       abs_delta=abs_delta, drift_pct=drift, decides=decides)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _cap(name: str, drifts: list[float | None]) -> CapDrift:
+    d = _mean([x for x in drifts if x is not None])
+    return CapDrift(name=name, drift_pct=d, severity=None if d is None else severity(d), n_members=len(drifts))
+
+
+def metric_value(results: Results, key: str) -> float | None:
+    """`suite.metric` -> score (None = UNKNOWN); a missing suite or metric is BadInput."""
+    suite, _, metric = key.partition(".")
+    if suite not in results:
+        raise BadInput(f"no results for suite {suite!r} (needed by {key}); evaluate that suite too")
+    if metric not in results[suite].metrics:
+        raise BadInput(f"suite {suite!r} has no metric {metric!r}; fix the metric name in the spec or config")
+    return results[suite].metrics[metric]
+
+
+def captrack_profile(base: Results, model: Results, specs: tuple[MetricSpec, ...]) -> Profile:
+    """Per-metric drift vs the OOB model, aggregated per sub-capability, then per group."""
+    rows = [metric_drift(s, metric_value(base, s.name), metric_value(model, s.name)) for s in specs]
+    subs: dict[tuple[str, str], list[float | None]] = {}
+    for r in rows:
+        subs.setdefault((r.group, r.sub), []).append(r.drift_pct if r.decides else None)
+    sub_caps = [_cap(f"{g}/{s}", d) for (g, s), d in subs.items()]
+    groups: dict[str, list[float | None]] = {}
+    for (g, _), cap in zip(subs, sub_caps):
+        groups.setdefault(g, []).append(cap.drift_pct)  # equal weight per sub-capability
+    return Profile(metrics=tuple(rows), subs=tuple(sub_caps), groups=tuple(_cap(g, d) for g, d in groups.items()))
+
+
+# --- the four checks ---------------------------------------------------------------------
+
+
+def _ifeval_guard(initial: Results, child: Results, cfg: GateConfig) -> GateCheck:
+    keys = [f"{cfg.ifeval_suite}.{cfg.ifeval_prompt_metric}", f"{cfg.ifeval_suite}.{cfg.ifeval_instruction_metric}"]
+    b, c, unknown_pairs = discordant(initial[cfg.ifeval_suite], child[cfg.ifeval_suite])
+    p = mcnemar_exact(b, c)
+    nums: dict[str, float | str | None] = {"max_drop_pp": cfg.ifeval_max_drop_pp, "mcnemar_b": b, "mcnemar_c": c,
+                                           "mcnemar_p": p, "alpha": cfg.alpha, "unknown_pairs": unknown_pairs}
+    deltas = []
+    for key, label in zip(keys, ("prompt", "instruction")):
+        i0, i1 = metric_value(initial, key), metric_value(child, key)
+        nums.update({f"initial_{label}": i0, f"child_{label}": i1, f"delta_{label}": None if None in (i0, i1) else i1 - i0})
+        deltas.append(nums[f"delta_{label}"])
+    if None in deltas:
+        return GateCheck(name="ifeval_guard", passed=False, numbers=nums, reason="IFEval score UNKNOWN: an evaluator error never passes")
+    low = [d for d in deltas if d < -cfg.ifeval_max_drop_pp - _EPS]
+    if low:
+        return GateCheck(name="ifeval_guard", passed=False, numbers=nums,
+                         reason=f"IFEval strict fell {-min(low):.2f} pp below the initial parent (limit {cfg.ifeval_max_drop_pp} pp, McNemar p={p:.3g})")
+    if cfg.block_significant_smaller_drop and p < cfg.alpha and b > c:
+        return GateCheck(name="ifeval_guard", passed=False, numbers=nums,
+                         reason=f"significant per-prompt IFEval loss (McNemar p={p:.3g} < {cfg.alpha}, {b} lost vs {c} gained)")
+    return GateCheck(name="ifeval_guard", passed=True, numbers=nums,
+                     reason=f"IFEval within {cfg.ifeval_max_drop_pp} pp of the initial parent (McNemar p={p:.3g})")
+
+
+def _target(parent: Results, child: Results, cfg: GateConfig, target_key: str,
+            family_targets: Mapping[str, str]) -> tuple[GateCheck, float | None]:
+    family = next((f for f, k in family_targets.items() if k == target_key), None)
+    if family is None:
+        raise BadInput(f"target {target_key} is not any family's target in family_targets; add it")
+    missing = [f for f in family_targets if f not in cfg.kappa or f not in cfg.min_gain_pp]
+    if missing:
+        raise BadInput(f"gate config lacks kappa or min_gain_pp for {', '.join(missing)}; add them")
+    nums: dict[str, float | str | None] = {"family": family, "min_gain_pp": cfg.min_gain_pp[family]}
+    terms = []
+    for f, key in family_targets.items():
+        p0, p1 = metric_value(parent, key), metric_value(child, key)
+        delta = None if None in (p0, p1) else p1 - p0
+        nums.update({f"parent.{key}": p0, f"child.{key}": p1, f"delta.{key}": delta, f"kappa.{f}": cfg.kappa[f]})
+        terms.append(None if delta is None else delta / cfg.kappa[f])
+    u_prom = None if None in terms else sum(terms) / len(terms)
+    gain = nums[f"delta.{target_key}"]
+    nums.update({"target_gain_pp": gain, "u_prom": u_prom})
+    if u_prom is None or gain is None:
+        return GateCheck(name="target", passed=False, numbers=nums, reason="a target score is UNKNOWN: an evaluator error never passes"), None
+    ok_gain = gain >= cfg.min_gain_pp[family] - _EPS
+    reason = (f"target {target_key} {gain:+.2f} pp (min {cfg.min_gain_pp[family]}), U_prom={u_prom:+.3f}"
+              + ("" if ok_gain and u_prom > 0 else ": below the minimum meaningful gain or U_prom <= 0"))
+    return GateCheck(name="target", passed=ok_gain and u_prom > 0, numbers=nums, reason=reason), u_prom
+
+
+def _captrack(initial: Results, child: Results, cfg: GateConfig, specs: tuple[MetricSpec, ...]) -> GateCheck:
+    prof = captrack_profile(initial, child, specs)
+    nums: dict[str, float | str | None] = {"allowed_regime": cfg.allowed_regime}
+    for m in prof.metrics:
+        nums.update({f"{m.name}.drift_pct": m.drift_pct, f"{m.name}.abs_delta": m.abs_delta,
+                     f"{m.name}.decides": "yes" if m.decides else "no"})
+    caps = prof.subs + prof.groups
+    for cap in caps:
+        nums.update({f"{cap.name}.drift_pct": cap.drift_pct, f"{cap.name}.severity": cap.severity})
+    unknown = [m.name for m in prof.metrics if m.base is None or m.value is None]
+    if unknown:
+        return GateCheck(name="captrack", passed=False, numbers=nums, reason=f"CapTrack metric UNKNOWN: {', '.join(unknown)[:400]}")
+    limit = SEVERITIES.index(cfg.allowed_regime)
+    worse = [c for c in caps if c.severity is not None and SEVERITIES.index(c.severity) > limit]
+    if worse:
+        names = ", ".join(f"{c.name} {c.severity} ({c.drift_pct:.1f}%)" for c in worse)
+        return GateCheck(name="captrack", passed=False, numbers=nums, reason=f"worse than {cfg.allowed_regime}: {names}"[:500])
+    return GateCheck(name="captrack", passed=True, numbers=nums, reason=f"no group or sub-capability worse than {cfg.allowed_regime}")
+
+
+def _nan_or_unknown(results: Results) -> tuple[list[str], list[str]]:
+    unknown = [f"{s}.{k}" for s, r in results.items() for k, v in r.metrics.items() if v is None]
+    nan = [f"{s}.{k}" for s, r in results.items() for k, v in r.metrics.items() if v is not None and not math.isfinite(v)]
+    for s, r in results.items():
+        # n_unknown is the scorer's own count; the items are the evidence: trust the larger.
+        n = max(r.n_unknown, sum(1 for i in r.items if i.correct is None))
+        unknown += [f"{s} ({n} items)"] if n else []
+    return unknown, nan
+
+
+def _hard_failures(roles: Mapping[str, Results], cfg: GateConfig, sanity: tuple[SanityCheck, ...]) -> GateCheck:
+    nums: dict[str, float | str | None] = {"max_unparseable_share": cfg.max_unparseable_share}
+    problems = []
+    for suite, r in roles["child"].items():
+        share = r.n_unparseable / len(r.items) if r.items else 1.0  # no items: nothing was judged
+        nums[f"unparseable_share.{suite}"] = share
+        if share > cfg.max_unparseable_share + _EPS:
+            problems.append(f"{suite} unparseable {share:.1%}")
+    for role, results in roles.items():
+        unknown, nan = _nan_or_unknown(results)
+        nums.update({f"unknown.{role}": len(unknown), f"nan.{role}": len(nan)})
+        problems += [f"{role} UNKNOWN {u}" for u in unknown[:3]] + [f"{role} NaN {n}" for n in nan[:3]]
+    failed = [s.name for s in sanity if not s.ok]
+    nums["failed_sanity"] = ", ".join(failed) or None
+    problems += [f"sanity {n} failed" for n in failed]
+    if problems:
+        return GateCheck(name="hard_failures", passed=False, numbers=nums, reason="; ".join(problems)[:500])
+    return GateCheck(name="hard_failures", passed=True, numbers=nums, reason="no hard failure")
+
+
+# --- input checks and the rule -----------------------------------------------------------
+
+
+def _model_sha(role: str, results: Results) -> str:
+    if not results:
+        raise BadInput(f"no suite results for the {role} model; evaluate it on the adoption split")
+    for name, r in results.items():
+        if r.identity.split != "adoption":
+            raise BadInput(f"{role} {name} is on the {r.identity.split} split; the gate reads adoption splits only")
+        if r.identity.suite != name:
+            raise BadInput(f"{role} result keyed {name!r} is for suite {r.identity.suite!r}; key results by suite")
+    shas = {r.identity.model_sha256 for r in results.values()}
+    if len(shas) != 1:
+        raise BadInput(f"{role} results come from {len(shas)} different models; pass one model's results")
+    return shas.pop()
+
+
+def _same_data(roles: Mapping[str, Results], suites: set[str]) -> None:
+    for suite in sorted(suites):
+        hashes = {role: r[suite].identity.data_sha256 for role, r in roles.items() if suite in r}
+        if len(hashes) < len(roles):
+            missing = [role for role in roles if role not in hashes]
+            raise BadInput(f"suite {suite} missing for the {', '.join(missing)} model; evaluate it")
+        if len(set(hashes.values())) != 1:
+            raise BadInput(f"suite {suite} was evaluated on different data across models; use one adoption split")
+
+
+def gate(initial: Results, parent: Results, child: Results, config: GateConfig, specs: tuple[MetricSpec, ...], *,
+         target_suite: str, target_metric: str, family_targets: Mapping[str, str],
+         sanity: tuple[SanityCheck, ...] = ()) -> GateVerdict:
+    """Apply g to one child: promote iff all four checks pass; decided_by is the first failing one."""
+    roles = {"initial": initial, "parent": parent, "child": child}
+    shas = {role: _model_sha(role, r) for role, r in roles.items()}
+    needed = {config.ifeval_suite} | {s.name.partition(".")[0] for s in specs}
+    needed |= {k.partition(".")[0] for k in family_targets.values()}
+    _same_data(roles, needed)
+    u_check, u_prom = _target(parent, child, config, f"{target_suite}.{target_metric}", family_targets)
+    checks = (_ifeval_guard(initial, child, config), u_check, _captrack(initial, child, config, specs),
+              _hard_failures(roles, config, tuple(sanity)))
+    failing = next((c.name for c in checks if not c.passed), None)
+    return GateVerdict(promote=failing is None, decided_by=failing or "all_passed", checks=checks, u_prom=u_prom,
+                       child_sha256=shas["child"], parent_sha256=shas["parent"], initial_sha256=shas["initial"])
