@@ -1,0 +1,159 @@
+"""RunConfig: the one flat, frozen configuration of `agent run`.
+
+Precedence: defaults < YAML file (`--config runs/NAME.yaml`) < CLI flags. Unknown keys,
+duplicate YAML keys, wrong types and out-of-range values are BadInput (one line, exit 2).
+The config is unpacked at the edge (agent/episode.py); nodes read the frozen manifest values
+they need from the runtime context, never the whole config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from experience_bank.errors import BadInput
+
+Pp = Annotated[float, Field(ge=0.0, le=100.0)]
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    # --- where and what ---------------------------------------------------------------
+    world: Literal["default", "test"] = "default"
+    """Embedded world size (`test` is the tiny world of the tests)."""
+    base_model: str | None = None
+    """Local HF model directory for the real profile; None = the embedded world's base model."""
+    episode_budget: str = "36gpuh"
+    """Episode budget in device-hours (`36gpuh`, `2.5h`, `90m`)."""
+    policy: str = "bcit"
+    """Authorization policy name (policies.POLICIES)."""
+    seed: Annotated[int, Field(ge=0)] = 0
+    """Seed of training, sampling and generation."""
+    bank: str = "runs/bank.sqlite"
+    """Experience bank path (built from the world's seed bank when missing)."""
+    out: str | None = None
+    """Run directory; default runs/<episode id>."""
+
+    # --- proposals ----------------------------------------------------------------------
+    proposer: Literal["catalogue", "openai"] = "catalogue"
+    """Catalogue only, or catalogue plus an OpenAI-compatible LLM."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint (proposer openai)."""
+    model: str | None = None
+    """LLM name at that endpoint (proposer openai)."""
+    max_proposals: Annotated[int, Field(ge=0, le=3)] = 3
+    """q: exploratory proposals per episode (BCIT §4: at most 3)."""
+    proposer_timeout_s: Annotated[float, Field(gt=0.0, le=600.0)] = 60.0
+    """HTTP timeout of one proposer request."""
+
+    # --- BCIT thresholds (part of the policy version) -----------------------------------
+    tau_l: Annotated[float, Field(ge=0.0, le=1.0)] = 0.30
+    """Reject below this Q."""
+    tau_h: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70
+    """Train directly at or above this Q with chi = 1."""
+    fallback_lease: Annotated[int, Field(ge=0)] = 1
+    """Inconclusive trials that may still go on to a full run in one episode."""
+
+    # --- validation trial ---------------------------------------------------------------
+    trial_fraction: Annotated[float, Field(gt=0.0, le=0.2)] = 0.2
+    """b_val as a share of the nominal full budget (BCIT §5: at most 20%)."""
+    trial_min_gain_pp: Pp = 1.0
+    """Pass needs Delta_val at least this (pp)."""
+    trial_fail_drop_pp: Pp = 2.0
+    """Fail when the target drops or a retention metric falls more than this below the initial parent."""
+
+    # --- the adoption gate g ------------------------------------------------------------
+    gate_ifeval_drop_pp: Pp = 2.0
+    """IFEval strict accuracies may not fall more than this below the initial parent."""
+    gate_min_gain_pp: Pp = 1.0
+    """Minimum meaningful target gain."""
+    gate_kappa_pp: Annotated[float, Field(gt=0.0, le=100.0)] = 10.0
+    """kappa_r: normalising scale of a family's gain in U_prom."""
+    gate_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    """Significance level of the gate's paired tests."""
+
+    # --- cost model and stop rules ------------------------------------------------------
+    cost_mode: Literal["nominal", "measured"] = "nominal"
+    """nominal: card device-hours x fraction (embedded world); measured: wall-clock x devices."""
+    devices: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Devices a run occupies (measured mode)."""
+    eval_device_hours: Annotated[float, Field(ge=0.0, le=1000.0)] = 0.25
+    """Nominal device-hours of evaluating one model on one split (all suites)."""
+    max_consecutive_rejections: Annotated[int, Field(ge=1)] = 6
+    """Stop after this many rejections in a row."""
+    max_candidates: Annotated[int, Field(ge=1)] | None = None
+    """Stop after deciding this many candidates (None = all)."""
+
+    # --- evaluation and execution -------------------------------------------------------
+    eval_n: Annotated[int, Field(ge=1, le=100_000)] = 64
+    """Items per suite and split (validation, adoption)."""
+    eval_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    """Generation batch size."""
+    backend: Literal["transformers", "vllm"] = "transformers"
+    """Generation backend."""
+    launcher: Literal["local", "accelerate"] = "local"
+    """Training launcher (accelerate for multi-GPU)."""
+    deepspeed_config: str | None = None
+    """DeepSpeed JSON for the accelerate launcher."""
+    torch_threads: Annotated[int, Field(ge=1, le=512)] = 2
+    """torch.set_num_threads for training and generation."""
+    quiet: bool = False
+    """Logs only, no live display."""
+
+
+FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet")
+"""Config keys that `agent run` also takes as flags (flags win)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (the last one would silently win)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise BadInput(f"duplicate key {key!r} in the config file: keep one of the two values")
+        seen[key] = loader.construct_object(value_node, deep=deep)
+    return seen
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """The mapping in a config file; BadInput when missing, unparseable or not a mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"config file {path} not found: pass an existing --config path (e.g. runs/default.yaml)")
+    try:
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise BadInput(f"config file {path} is not valid YAML{where}: fix the syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInput(f"config file {path} must be a mapping of keys to values")
+    return data
+
+
+def build_config(path: str | None = None, flags: dict[str, Any] | None = None) -> RunConfig:
+    """defaults < YAML file < flags (flags whose value is None are not given)."""
+    values = read_yaml(path) if path else {}
+    values.update({k: v for k, v in (flags or {}).items() if v is not None})
+    try:
+        return RunConfig(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        where = f" in {path}" if path else ""
+        if err["type"] == "extra_forbidden":
+            raise BadInput(f"unknown config key {loc!r}{where}: remove it (see agent/config.py for the keys)") from None
+        raise BadInput(f"invalid config value for {loc}{where}: {err['msg']}") from None

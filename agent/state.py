@@ -1,0 +1,157 @@
+"""The graph's state (ids and scalars, checkpointed) and its runtime context (everything else).
+
+The state is what LangGraph writes to the checkpoint database after every node; it holds only
+JSON-able ids and numbers, so the strict (no-pickle) serializer round-trips it and the
+database stays small. Records, models, the bank, the ledger and clients live in `Ctx`, which
+LangGraph hands every node as `runtime.context` (`StateGraph(State, context_schema=Ctx)`).
+
+Every result a side-effecting node produces is written under `runs/ID/steps/<decision hash>/`
+before the node returns, so a node re-run after a crash reads its result back instead of
+training, charging or appending again (see agent/nodes.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, TypedDict
+
+from experience_bank.records import CandidateCard, CurrentContext, Decision, Event, Features, HistoricalRecord, ModelRef, Proposal
+from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
+
+
+class State(TypedDict, total=False):
+    episode_id: str
+    """Episode id (= the run directory's name)."""
+    manifest_hash: str
+    """Hash of the frozen run manifest."""
+    candidates: list[str]
+    """Record hashes of the executable candidates, in decision order."""
+    cursor: int
+    """Index of the next candidate to decide."""
+    n_proposed: int
+    """Candidates proposed (catalogue + accepted LLM proposals)."""
+    n_dropped: int
+    """Candidates the executability filter dropped."""
+    record_hash: str
+    """Current candidate's record hash."""
+    candidate_id: str
+    """Current candidate's card id."""
+    decision_hash: str
+    """Current decision's hash (the key of every side effect)."""
+    action: str
+    """reject | validate | train."""
+    rule: str
+    """Rule that fired."""
+    trial_verdict: str
+    """pass | fail | inconclusive | not_started | '' (no trial)."""
+    proceed: bool
+    """The trial allows the full run (pass, or inconclusive within the fallback lease)."""
+    train_status: str
+    """done | not_started | failed | '' (no full run)."""
+    verdict: str
+    """promote | rollback | '' (no gate)."""
+    decided_by: str
+    """Gate check that decided, or the rule / trial reason."""
+    parent_sha: str
+    """Current parent's weights hash."""
+    parent_dir: str
+    """Current parent's directory."""
+    stage: int
+    """Promotions so far."""
+    seq: int
+    """Next event's position in the episode history."""
+    spent_h: float
+    """Device-hours charged so far."""
+    consecutive_rejections: int
+    """Rejections in a row (stop rule)."""
+    proposals_authorized: int
+    """Exploratory proposals routed to Validate so far (quota q)."""
+    leases_used: int
+    """Inconclusive trials that went on to a full run (fallback lease)."""
+    stop_reason: str
+    """Why the loop stopped ('' while running)."""
+    library_version: int
+    """Library version written by consolidation."""
+    node: str
+    """Last node that ran (for the progress display)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A candidate the loop can decide: a library record or an accepted proposal."""
+
+    hash: str
+    record: HistoricalRecord | Proposal
+    conflicted: bool = False
+
+
+class Ports(Protocol):
+    """The boundary to the other packages. episode.py binds the real ones; tests bind fakes.
+
+    Each method is a thin adapter over one public function of another package, with the
+    frozen manifest values (policy, thresholds, seeds, sizes) already bound.
+    """
+
+    def context(self, parent_dir: str, parent_sha: str, stage: int) -> CurrentContext: ...
+    def executable(self, record: HistoricalRecord | Proposal) -> str | None: ...
+    def compile(self, entry: Entry, ctx: CurrentContext) -> Features: ...
+    def authorize(self, features: Features, episode: dict[str, int]) -> Decision: ...
+    def evaluate(self, model_dir: str, split: str, out_dir: str) -> dict[str, SuiteResult]: ...
+    def trial(self, card: CandidateCard, parent_dir: str, out_dir: str, run_key: str,
+              parent_val: dict[str, SuiteResult], initial_val: dict[str, SuiteResult]) -> TrialResult: ...
+    def train(self, card: CandidateCard, parent_dir: str, out_dir: str, run_key: str,
+              resume_from: str | None) -> TrainResult: ...
+    def gate(self, card: CandidateCard, initial: dict[str, SuiteResult], parent: dict[str, SuiteResult],
+             child: dict[str, SuiteResult], run: TrainResult) -> GateVerdict: ...
+    def target_metric(self, card: CandidateCard) -> str: ...
+    def observation(self, entry: Entry, event: Event, parent: ModelRef, stage: int) -> HistoricalRecord | None: ...
+    def model_ref(self, model_dir: str, sha256: str) -> ModelRef: ...
+    def promote(self, run_dir: str, child_dir: str, child_sha: str, key: str) -> None: ...
+    def propose(self, library: list[Entry]) -> list[dict[str, Any]]: ...
+
+
+class BankPort(Protocol):
+    def record_decision(self, episode_id: str, decision: Decision) -> Any: ...
+    def append_event(self, event: Event) -> Any: ...
+    def stage_observation(self, episode_id: str, record: HistoricalRecord) -> Any: ...
+    def finish_episode(self, episode_id: str) -> Any: ...
+    def consolidate(self, episode_id: str) -> Any: ...
+
+
+class LedgerPort(Protocol):
+    def charge(self, episode_id: str, key: str, device_hours: float, wall_seconds: float, what: str) -> Any: ...
+    def spent(self, episode_id: str) -> float: ...
+
+
+class AuditPort(Protocol):
+    def decision(self, decision: Decision) -> None: ...
+    def outcome(self, event: Event) -> None: ...
+
+
+@dataclass
+class Ctx:
+    """Runtime context: everything a node needs that is not checkpointed state."""
+
+    run_dir: Path
+    """runs/ID."""
+    episode_id: str
+    """Episode id."""
+    manifest: dict[str, Any]
+    """The frozen run manifest (values nodes read: budget, cost model, stop rules, ...)."""
+    entries: dict[str, Entry]
+    """Library entries by record hash; accepted proposals are added by `propose`."""
+    ports: Ports
+    """Other packages, behind adapters."""
+    bank: BankPort
+    """The experience bank."""
+    ledger: LedgerPort
+    """The budget ledger."""
+    audit: AuditPort
+    """runs/ID/decisions.jsonl + outcomes.jsonl writer."""
+    progress: Callable[[str, dict[str, Any]], None] = field(default=lambda node, update: None)
+    """Called after every node with its name and partial state (the live display)."""
+
+    def step_dir(self, decision_hash: str) -> Path:
+        """Where one decision's side effects keep their results."""
+        return self.run_dir / "steps" / decision_hash[:16]
