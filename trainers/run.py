@@ -1,0 +1,240 @@
+"""The one training entry point: `train(card, parent_dir, examples, ...) -> TrainResult`.
+
+One code path for every run: SFT or GRPO (TRL), full weights or LoRA (peft), a full run or
+a trial prefix, single process or under `accelerate launch` (runs/accelerate_zero2.yaml).
+
+How a run is laid out in time. The LR schedule always spans the card's nominal step count
+when the card's trial is a prefix of its full run (nu = continue); a trial (fraction < 1)
+stops early at ceil(fraction * steps) and keeps its Trainer checkpoint, so continuing it
+reaches exactly the uninterrupted run's steps, schedule and optimizer state. A trial of a
+nu = restart card is an independent short run (its own compressed schedule).
+
+Crash safety. Trainer checkpoints land every `save_steps` in `<out_dir>.work/`; a re-run
+with the same run_key resumes from the newest complete one. The child is written to a
+temporary sibling and renamed to out_dir, so out_dir exists only when complete, and a
+re-run with the same run_key returns the published result without training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+
+from experience_bank.errors import BadInput
+from experience_bank.records import CandidateCard
+from experience_bank.results import TrainResult
+from trainers import checkpoint as ckpt
+from trainers import grpo, sft
+from trainers.sanity import run_checks
+
+Progress = Callable[[int, int], None]
+_SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
+_LOG_KEYS = ("loss", "grad_norm", "learning_rate", "mean_token_accuracy", "entropy", "reward", "reward_std",
+             "frac_reward_zero_std", "completions/clipped_ratio", "completions/mean_length", "kl")
+
+
+class _StopAt(TrainerCallback):
+    """Ends a trial at its prefix step and saves there (the schedule still spans the full run)."""
+
+    def __init__(self, stop_at: int, progress: Progress | None):
+        self.stop_at, self.progress = stop_at, progress
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress(state.global_step, self.stop_at)
+        if state.global_step >= self.stop_at:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def plan_steps(card: CandidateCard, fraction: float) -> tuple[int, int]:
+    """(schedule length, steps to run) for a share of the card's nominal steps."""
+    if not 0.0 < fraction <= 1.0:
+        raise BadInput(f"fraction {fraction} is outside (0, 1]: pass e.g. --fraction 0.2")
+    nominal = card.budget.steps
+    stop_at = max(1, math.ceil(fraction * nominal))
+    schedule = nominal if (card.nu == "continue" or fraction == 1.0) else stop_at
+    return schedule, stop_at
+
+
+def _common_args(card: CandidateCard, work: Path, schedule: int, seed: int) -> dict:
+    """TrainingArguments shared by SFT and GRPO (cpu-stack.md: TRL's GPU defaults off on CPU)."""
+    h = card.hparams
+    cuda = torch.cuda.is_available()
+    return dict(
+        output_dir=str(work),
+        max_steps=schedule,
+        learning_rate=h.learning_rate,
+        lr_scheduler_type=_SCHEDULERS[h.lr_scheduler],
+        warmup_steps=h.warmup_ratio,  # a float in [0, 1) is a ratio of max_steps
+        logging_steps=1,
+        logging_nan_inf_filter=False,  # the filter hides NaN losses from the sanity check
+        save_strategy="steps",
+        save_steps=max(1, math.ceil(schedule / 10)),
+        save_total_limit=2,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not cuda,
+        bf16=cuda and torch.cuda.is_bf16_supported(),  # fp32 on CPU: reproducible, and tiny models are fast anyway
+        gradient_checkpointing=False,  # ~1.5x slower for small models; memory is not the limit here
+        report_to="none",
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+        disable_tqdm=True,
+    )
+
+
+def _load(card: CandidateCard, parent_dir: str):
+    model = AutoModelForCausalLM.from_pretrained(parent_dir, use_safetensors=True, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(parent_dir)
+    if card.adapter.kind == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        a = card.adapter
+        lora = LoraConfig(r=a.rank, lora_alpha=a.alpha or a.rank, target_modules=list(a.targets),
+                          lora_dropout=0.0, task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
+    return model, tokenizer
+
+
+def _trainer(card, model, tokenizer, examples, reward_funcs, common, callbacks):
+    if card.method == "sft":
+        return sft.sft_trainer(model, tokenizer, examples, card, common, callbacks)
+    return grpo.grpo_trainer(model, tokenizer, examples, card, grpo.pick_rewards(card, reward_funcs), common, callbacks)
+
+
+def _validate(card: CandidateCard, parent_dir: str, examples: Sequence[dict], reward_funcs) -> None:
+    """Every input check happens before anything is written."""
+    if not (Path(parent_dir) / "config.json").is_file():
+        raise BadInput(f"parent {parent_dir} has no config.json: pass a model directory saved with save_pretrained")
+    ckpt.weight_files(parent_dir)
+    if not examples:
+        raise BadInput(f"no training examples for card {card.id}: pass its dataset(s) with --data")
+    if card.method == "sft":
+        sft.check_examples(examples)
+    else:
+        grpo.check_examples(examples)
+        grpo.check_batch(card)
+        grpo.pick_rewards(card, reward_funcs)
+
+
+def _work_dir(out: Path, run_key: str) -> Path:
+    """The Trainer's checkpoint dir; refuses one that holds another run's state."""
+    work = out.with_name(out.name + ".work")
+    marker = work / "run_key"
+    if marker.is_file() and marker.read_text() != run_key:
+        raise BadInput(f"{work} holds checkpoints of run {marker.read_text()!r}: choose another --out or delete it")
+    work.mkdir(parents=True, exist_ok=True)
+    marker.write_text(run_key)
+    return work
+
+
+def _start_state(work: Path, resume_from: str | None, schedule: int) -> Path | None:
+    """Newest own checkpoint (crash resume) first, else the trial state to continue."""
+    own = ckpt.last_trainer_checkpoint(work)
+    if own is not None or resume_from is None:
+        return own
+    state = ckpt.resolve_state_dir(resume_from)
+    prefix = json.loads((state / "trainer_state.json").read_text())
+    if prefix["max_steps"] != schedule:
+        raise BadInput(f"{resume_from} ran a {prefix['max_steps']}-step schedule, not this run's {schedule}: "
+                       "only a nu = continue trial can be continued; restart from the parent")
+    return state
+
+
+def _final_log(history: list[dict], method: str, resumed_step: int) -> tuple[dict[str, float], int]:
+    """The run's last logged metrics (first loss/reward kept too) and tokens of this run."""
+    steps = [h for h in history if "step" in h and any(k in h for k in _LOG_KEYS)]
+    log: dict[str, float] = {"resumed_step": float(resumed_step)}
+    for key in _LOG_KEYS:
+        values = [float(h[key]) for h in steps if key in h]
+        if values and all(math.isfinite(v) for v in values):
+            log[key] = values[-1]
+            if key in ("loss", "reward"):
+                log[f"{key}_first"] = values[0]
+    tokens = [float(h["num_tokens"]) for h in history if "num_tokens" in h]
+    # GRPO counts tokens in the restored TrainerState (cumulative); SFT restarts at 0 on resume.
+    prefix = [float(h["num_tokens"]) for h in history if "num_tokens" in h and h.get("step", 0) <= resumed_step]
+    offset = prefix[-1] if (method == "grpo" and prefix) else 0.0
+    return log, int(tokens[-1] - offset) if tokens else 0
+
+
+def _save_child(trainer, tokenizer, card: CandidateCard, stage: Path) -> str | None:
+    """Write the child (merged when LoRA) and the kept adapter into the staging dir."""
+    model = trainer.model
+    adapter_dir = None
+    if card.adapter.kind == "lora":
+        model.save_pretrained(str(stage / ckpt.ADAPTER_DIR))
+        adapter_dir = ckpt.ADAPTER_DIR
+        model = model.merge_and_unload()
+    model.save_pretrained(str(stage))
+    tokenizer.save_pretrained(str(stage))
+    return adapter_dir
+
+
+def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
+          fraction: float = 1.0, reward_funcs: Mapping[str, Callable] | None = None, resume_from: str | None = None,
+          seed: int = 0, threads: int | None = None, progress: Progress | None = None) -> TrainResult:
+    """Run (or resume, or return the finished) TRL run of `card` from `parent_dir`.
+
+    A failed sanity check does not raise: it is recorded in `result.sanity` (hard failure).
+    """
+    out = Path(out_dir).resolve()
+    done = ckpt.read_result(out)
+    if done is not None:
+        if done.run_key != run_key:
+            raise BadInput(f"{out} holds the result of run {done.run_key!r}: choose another --out")
+        return done
+    _validate(card, parent_dir, examples, reward_funcs)
+    schedule, stop_at = plan_steps(card, fraction)
+    if threads:
+        torch.set_num_threads(threads)
+    work = _work_dir(out, run_key)
+    start = _start_state(work, resume_from, schedule)
+    resumed_step = json.loads((start / "trainer_state.json").read_text())["global_step"] if start else 0
+
+    t0 = time.perf_counter()
+    model, tokenizer = _load(card, parent_dir)
+    trainer = _trainer(card, model, tokenizer, examples, reward_funcs, _common_args(card, work, schedule, seed),
+                       [_StopAt(stop_at, progress)])
+    trainer.remove_callback(PrinterCallback)  # logs go to log_history and the result, not stdout
+    trainer.train(resume_from_checkpoint=str(start) if start else None)
+    wall = time.perf_counter() - t0
+
+    if trainer.is_world_process_zero():
+        _publish(trainer, tokenizer, card, parent_dir, out, work, run_key=run_key, fraction=fraction, wall=wall,
+                 resumed_step=resumed_step, resume_from=resume_from if start and resumed_step and resume_from else None)
+    trainer.accelerator.wait_for_everyone()
+    return ckpt.read_result(out)
+
+
+def _publish(trainer, tokenizer, card, parent_dir, out: Path, work: Path, *, run_key, fraction, wall,
+             resumed_step, resume_from) -> None:
+    """Stage the child, its checks and result, rename it into place, drop the work dir."""
+    ckpt.discard_stale_staging(out)
+    stage = ckpt.staging_dir(out)
+    adapter = _save_child(trainer, tokenizer, card, stage)
+    trial = fraction < 1.0
+    if trial:  # keep the optimizer/scheduler/rng state so nu = continue can resume it
+        shutil.copytree(ckpt.last_trainer_checkpoint(work), stage / ckpt.STATE_DIR)
+    history = trainer.state.log_history
+    log, tokens = _final_log(history, card.method, resumed_step)
+    result = TrainResult(
+        card_id=card.id, run_key=run_key, parent_sha256=ckpt.weights_sha256(parent_dir),
+        checkpoint=str(out), checkpoint_sha256=ckpt.weights_sha256(stage),
+        adapter_dir=str(out / adapter) if adapter else None, steps=trainer.state.global_step,
+        fraction=fraction, wall_seconds=wall, train_tokens=tokens, log=log,
+        sanity=run_checks(card.method, history, parent_dir, str(stage)),
+        never_promotable=trial, resumed_from=str(resume_from) if resume_from else None,
+    )
+    (stage / ckpt.RESULT_FILE).write_text(result.model_dump_json(indent=2))
+    ckpt.publish(stage, out)
+    shutil.rmtree(work, ignore_errors=True)

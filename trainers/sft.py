@@ -1,0 +1,47 @@
+"""Supervised fine-tuning through TRL's SFTTrainer (wrapped, never subclassed).
+
+Examples are TRL's conversational prompt-completion rows, `{"prompt": [messages],
+"completion": [{"role": "assistant", "content": ...}]}`; SFTTrainer applies the chat
+template and masks the prompt, so the loss is on the completion only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+from experience_bank.errors import BadInput
+from experience_bank.records import CandidateCard
+
+
+def check_examples(examples: Sequence[dict]) -> None:
+    """Refuse rows that are not conversational prompt-completion pairs."""
+    for i, row in enumerate(examples):
+        if not isinstance(row.get("prompt"), list) or not isinstance(row.get("completion"), list):
+            raise BadInput(
+                f"sft example {i} is not a prompt/completion pair: give {{'prompt': [messages], "
+                "'completion': [{'role': 'assistant', 'content': ...}]}}"
+            )
+
+
+def sft_trainer(model, tokenizer, examples: Sequence[dict], card: CandidateCard, common: dict, callbacks: list) -> SFTTrainer:
+    """An SFTTrainer for one card; `common` holds the run's shared TrainingArguments."""
+    h = card.hparams
+    config = SFTConfig(
+        **common,
+        per_device_train_batch_size=h.batch_size,
+        max_length=h.max_length,
+        completion_only_loss=True,
+        packing=False,  # packing would mix examples across the completion mask boundary
+    )
+    # Only the two columns SFT reads: task-specific reference columns would be dropped anyway.
+    rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in examples]
+    return SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
