@@ -1,0 +1,1 @@
+"""Pure scorers: each maps (items, generations) to per-item results, offline."""

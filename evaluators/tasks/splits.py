@@ -1,0 +1,54 @@
+"""Deterministic, disjoint splits for generated tasks.
+
+Every task is a generator `make(rng) -> (key, prompt, reference)`. One seeded stream of
+draws serves all four splits; each draw goes to the split that the hash of its key picks,
+so the same question can never appear in two splits (disjoint by construction), a split of
+n items is a prefix of the same split with more items, and nothing depends on call order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Callable
+
+from experience_bank.errors import BadInput
+
+SPLITS = ("train", "validation", "adoption", "test")
+# Share of the key space per split (percent buckets): train gets most of it.
+_BUCKETS = {"train": range(0, 70), "validation": range(70, 80), "adoption": range(80, 90), "test": range(90, 100)}
+DEFAULT_N = {"train": 1000, "validation": 100, "adoption": 200, "test": 200}
+_MAX_DRAWS_PER_ITEM = 60  # a split holds ~10% of the space; 60x leaves room for duplicates
+
+Maker = Callable[[random.Random], tuple[str, str, dict]]
+
+
+def split_of(task: str, key: str) -> str:
+    """The split a question belongs to, from the hash of (family, key) alone."""
+    family = task.split("/")[0]  # source and target of a family share one partition
+    bucket = int(hashlib.sha256(f"{family}\x00{key}".encode()).hexdigest()[:8], 16) % 100
+    return next(name for name, rng in _BUCKETS.items() if bucket in rng)
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise BadInput(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
+
+
+def draw(task: str, split: str, seed: int, n: int, make: Maker, stream: str = "") -> list[dict]:
+    """The first n distinct items of `split` in the task's seeded stream."""
+    check_split(split)
+    rng = random.Random(f"{task}|{stream}|{seed}")
+    seen: set[str] = set()
+    out: list[dict] = []
+    for _ in range(n * _MAX_DRAWS_PER_ITEM):
+        key, prompt, ref = make(rng)
+        if key in seen or split_of(task, key) != split:
+            continue
+        seen.add(key)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        out.append({"id": f"{task}:{split}:{seed}:{digest}",
+                    "messages": [{"role": "user", "content": prompt}], "reference": ref})
+        if len(out) == n:
+            return out
+    raise BadInput(f"{task}/{split} has fewer than {n} distinct items for seed {seed}: ask for fewer")
