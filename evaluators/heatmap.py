@@ -1,0 +1,69 @@
+"""The CapTrack heat map: capabilities (groups and sub-capabilities) x candidates or episode steps.
+
+Input is plain numbers, `{column: {row: drift_pct or None}}`, as the agent reads them off
+`policies.gate.captrack_profile` (evaluators/ may not import policies/). The PNG and the JSON
+carry the same matrix; None (UNKNOWN, or a base below the floor) is drawn grey as `n/a`,
+never as 0. Rendering uses matplotlib's Agg backend: no display is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+
+Table = Mapping[str, Mapping[str, float | None]]
+CLIP_PCT = 25.0  # colour saturates here: past the catastrophic line (-20 %) every shade reads the same
+
+
+def heatmap_data(table: Table, rows: Sequence[str] | None = None) -> dict:
+    """The matrix as JSON: {"rows", "columns", "drift_pct": rows x columns}."""
+    columns = list(table)
+    if not columns:
+        raise BadInput("the heat map needs at least one candidate or step column")
+    order = list(rows) if rows is not None else list(dict.fromkeys(r for c in columns for r in table[c]))
+    matrix = [[table[c].get(r) for c in columns] for r in order]
+    bad = [v for line in matrix for v in line if v is not None and not math.isfinite(v)]
+    if bad:
+        raise BadInput(f"heat map value {bad[0]} is not finite; pass None for an unknown drift")
+    return {"rows": order, "columns": columns, "drift_pct": matrix}
+
+
+def _draw(data: dict, png: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+
+    values = np.array([[np.nan if v is None else v for v in row] for row in data["drift_pct"]], dtype=float)
+    n_rows, n_cols = values.shape
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * n_cols, 1.0 + 0.45 * n_rows), dpi=100)
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#d0d0d0")
+    img = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto",
+                    norm=TwoSlopeNorm(vcenter=0.0, vmin=-CLIP_PCT, vmax=CLIP_PCT))
+    for (i, j), v in np.ndenumerate(values):
+        ax.text(j, i, "n/a" if np.isnan(v) else f"{v:+.1f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(n_cols), data["columns"], rotation=30, ha="right")
+    ax.set_yticks(range(n_rows), data["rows"])
+    ax.set_title(title)
+    fig.colorbar(img, ax=ax, label="relative drift vs OOB (%)")
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+
+
+def write_heatmap(table: Table, png: str | Path, json_path: str | Path, *, rows: Sequence[str] | None = None,
+                  title: str = "CapTrack drift") -> dict:
+    """Write the PNG and the JSON of the same matrix; returns the JSON data."""
+    data = heatmap_data(table, rows)
+    png, json_path = Path(png), Path(json_path)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    _draw(data, png, title)
+    json_path.write_text(json.dumps({"title": title, **data}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return data
