@@ -1,0 +1,158 @@
+"""The bank API: records, library versions, episodes and the hash-chained history."""
+
+import sqlite3
+
+import pytest
+
+from bank_factory import decision, event, proposal, record, sha
+from experience_bank.bank import Bank, SeqTaken
+from experience_bank.errors import BadInput
+from experience_bank.hashing import chain_hash, content_hash
+from experience_bank.migrations import SCHEMA_VERSION
+
+
+def test_init_sets_wal_full_and_migrations(tmp_path):
+    path = tmp_path / "b.sqlite"
+    with Bank.init(path) as bank:
+        assert bank.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert bank.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert bank.schema_version() == SCHEMA_VERSION == 4
+        names = [r["name"] for r in bank.db["_migrations"].rows]
+    assert names == ["m001_records", "m002_library", "m003_episodes", "m004_freeze"]
+    with Bank.init(path) as again:  # idempotent
+        assert again.schema_version() == 4
+
+
+def test_open_refuses_missing_and_newer(tmp_path):
+    with pytest.raises(BadInput, match="no bank at"):
+        Bank.open(tmp_path / "none.sqlite")
+    path = tmp_path / "b.sqlite"
+    Bank.init(path).close()
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA user_version = 9")
+    raw.close()
+    with pytest.raises(BadInput, match=r"bank schema 9 is newer than this agent \(4\): upgrade the agent"):
+        Bank.open(path)
+
+
+def test_import_stores_hash_and_timestamp(mem_bank):
+    r, p = record(), proposal()
+    hashes = mem_bank.import_records([r, p])
+    assert hashes == [content_hash(r), content_hash(p)]
+    assert mem_bank.get_record(hashes[0]) == r
+    row = mem_bank.db.execute("SELECT written_at, kind FROM records WHERE hash = ?", [hashes[1]]).fetchone()
+    assert row[0].endswith("+00:00") and row[1] == "proposal"
+    assert mem_bank.import_records([r]) == [hashes[0]]  # idempotent
+    assert mem_bank.db.execute("SELECT count(*) FROM records").fetchone()[0] == 2
+
+
+@pytest.mark.parametrize("sql", ["UPDATE records SET body = 'x'", "DELETE FROM records",
+                                 "UPDATE events SET body = 'x'", "DELETE FROM events",
+                                 "DELETE FROM decisions", "UPDATE library_entries SET conflicted = 1",
+                                 "DELETE FROM episodes", "UPDATE episodes SET manifest_hash = 'x'"])
+def test_triggers_refuse_edits(mem_bank, sql):
+    mem_bank.import_records([record()], library_note="seed")
+    mem_bank.start_episode("E1", sha("m"), 0)
+    mem_bank.append_event(event())
+    with pytest.raises(sqlite3.IntegrityError, match="refused"):
+        mem_bank.db.execute(sql)
+
+
+def test_library_versions_stay_readable(mem_bank):
+    assert mem_bank.current_library_version() == 0 and mem_bank.library_records() == []
+    a, b = mem_bank.import_records([record("S01"), record("S02")])
+    assert mem_bank.create_library_version([a], "L0") == 0
+    assert mem_bank.create_library_version([a, b], "L1") == 1
+    assert [e.hash for e in mem_bank.library_records(0)] == [a]
+    assert [e.hash for e in mem_bank.library_records()] == [a, b]
+    with pytest.raises(BadInput, match="no library version 7"):
+        mem_bank.library_records(7)
+    with pytest.raises(BadInput, match="no record"):
+        mem_bank.create_library_version([sha("nothing")], "bad")
+
+
+def test_import_with_note_extends_current_version(mem_bank):
+    a = mem_bank.import_records([record("S01")], library_note="first")[0]
+    b = mem_bank.import_records([record("S02")], library_note="second")[0]
+    assert mem_bank.current_library_version() == 1
+    assert [e.hash for e in mem_bank.library_records()] == [a, b]
+
+
+def test_create_version_flags_contradicting_evidence(mem_bank):
+    hs = mem_bank.import_records([record(delta=6.0, seed=1), record(delta=-4.0, seed=2), record("S02", delta=-9.0)])
+    mem_bank.create_library_version(hs, "L0")
+    flags = {e.hash: e.conflicted for e in mem_bank.library_records()}
+    assert flags == {hs[0]: True, hs[1]: True, hs[2]: False}
+
+
+def test_event_chain_links_and_idempotence(mem_bank):
+    mem_bank.start_episode("E1", sha("m"), 0)
+    mem_bank.start_episode("E1", sha("m"), 0)  # idempotent
+    h0 = mem_bank.append_event(event(seq=0))
+    assert mem_bank.append_event(event(seq=0)) == h0
+    h1 = mem_bank.append_event(event(seq=1, metric=2.0))
+    rows = mem_bank.db.execute("SELECT seq, prev_hash, hash, body_hash FROM events ORDER BY seq").fetchall()
+    assert rows[1][1] == h0 and rows[1][2] == h1 == chain_hash(h0, rows[1][3])
+    assert [e.seq for e in mem_bank.events("E1")] == [0, 1]
+    with pytest.raises(SeqTaken, match="seq 1 already holds a different event"):
+        mem_bank.append_event(event(seq=1, metric=3.0))
+    with pytest.raises(BadInput, match="expects seq 2, got 5"):
+        mem_bank.append_event(event(seq=5))
+    assert mem_bank.verify() == []
+
+
+def test_episode_argument_errors(mem_bank):
+    with pytest.raises(BadInput, match="no episode"):
+        mem_bank.append_event(event(episode_id="E9"))
+    with pytest.raises(BadInput, match="episode id"):
+        mem_bank.start_episode("bad id", sha("m"), 0)
+    with pytest.raises(BadInput, match="no library version 3"):
+        mem_bank.start_episode("E1", sha("m"), 3)
+    mem_bank.start_episode("E1", sha("m"), 0)
+    with pytest.raises(BadInput, match="already exists"):
+        mem_bank.start_episode("E1", sha("other"), 0)
+
+
+def test_decisions_are_frozen_before_outcomes(mem_bank):
+    mem_bank.start_episode("E1", sha("m"), 0)
+    d = decision("S01")
+    assert mem_bank.record_decision("E1", d) == d.decision_hash
+    assert mem_bank.record_decision("E1", d) == d.decision_hash
+    forged = d.model_copy(update={"rule": "bcit.other"})
+    with pytest.raises(BadInput, match="does not match its fields"):
+        mem_bank.record_decision("E1", forged)
+    mem_bank.append_event(event())
+    decided, happened = mem_bank.db.execute(
+        "SELECT d.written_at, e.written_at FROM decisions d JOIN events e ON e.episode_id = d.episode_id").fetchone()
+    assert decided <= happened
+    assert mem_bank.db.execute("SELECT count(*) FROM decisions").fetchone()[0] == 1
+
+
+def test_finished_episode_is_closed(mem_bank):
+    mem_bank.start_episode("E1", sha("m"), 0)
+    h0 = mem_bank.append_event(event())
+    mem_bank.finish_episode("E1")
+    mem_bank.finish_episode("E1")
+    assert mem_bank.append_event(event()) == h0  # a replay of a stored event still answers
+    with pytest.raises(BadInput, match="finished"):
+        mem_bank.append_event(event(seq=1))
+    with pytest.raises(BadInput, match="finished"):
+        mem_bank.stage_observation("E1", record(seed=5))
+
+
+def test_stage_observation_is_idempotent_and_typed(mem_bank):
+    mem_bank.start_episode("E1", sha("m"), 0)
+    h = mem_bank.stage_observation("E1", record(seed=3))
+    assert mem_bank.stage_observation("E1", record(seed=3)) == h
+    assert mem_bank.staged("E1") == [record(seed=3)]
+    with pytest.raises(BadInput, match="only a HistoricalRecord"):
+        mem_bank.stage_observation("E1", proposal())
+
+
+def test_import_jsonl_names_line_and_writes_nothing(mem_bank, tmp_path):
+    from experience_bank.hashing import canonical_json
+    f = tmp_path / "r.jsonl"
+    f.write_text(canonical_json(record()) + "\n" + canonical_json(proposal()).replace('"nu":"restart"', '"nu":"x"') + "\n")
+    with pytest.raises(BadInput, match=r"line 2: invalid record: field proposal.card.nu"):
+        mem_bank.import_jsonl(f)
+    assert mem_bank.record_hashes() == []
