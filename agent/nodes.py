@@ -42,7 +42,8 @@ def once(path: Path, compute: Callable[[], Any], load: Callable[[str], Any]) -> 
     if path.exists():
         return load(path.read_text(encoding="utf-8"))
     value = compute()
-    _write_atomic(path, canonical_json(value))
+    plain = {k: v.model_dump(mode="json") for k, v in value.items()} if isinstance(value, dict) else value
+    _write_atomic(path, canonical_json(plain))
     return value
 
 
@@ -51,7 +52,7 @@ def _model_loader(cls: type[BaseModel]) -> Callable[[str], Any]:
 
 
 def _suites_loader(text: str) -> dict[str, SuiteResult]:
-    return {k: SuiteResult.model_validate(v) for k, v in json.loads(text).items()}
+    return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
 
 
 def _budget_h(ctx: Ctx) -> float:

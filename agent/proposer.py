@@ -1,0 +1,179 @@
+"""Candidate proposals: the catalogue (the bank's library) plus, optionally, an LLM.
+
+The LLM proposer asks an OpenAI-compatible endpoint (the real `openai` client) for at most q
+new candidate cards as JSON. Every card is untrusted input: it is parsed strictly against
+`CandidateCard` (unknown keys, coercion, NaN, duplicate keys all refused) and then checked
+against an allow-list of datasets (id and hash), methods and hyper-parameter ranges. A card
+that fails is recorded in `runs/ID/proposals.json` as rejected with its reason; nothing is
+ever repaired. The file is written once, so a re-run of the propose node after a crash
+reads the same proposals back instead of asking the LLM again.
+
+Out of scope: ranking proposals, multi-turn refinement, tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import canonical_json, content_hash, loads_strict
+from experience_bank.records import CandidateCard, Proposal, parse_model, parse_record
+from agent.state import Entry
+
+MAX_RAW = 2000
+"""Characters of a rejected item's raw text kept in proposals.json."""
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """What an LLM-proposed card may use (frozen in the manifest)."""
+
+    datasets: dict[str, str]
+    """Dataset id -> content hash available in this world."""
+    methods: tuple[str, ...] = ("sft", "grpo")
+    families: tuple[str, ...] = ("finance", "sql", "function")
+    learning_rate: tuple[float, float] = (1e-6, 3e-3)
+    batch_size: tuple[int, int] = (1, 64)
+    n_examples: tuple[int, int] = (16, 4096)
+    steps: tuple[int, int] = (1, 2000)
+    device_hours: tuple[float, float] = (0.01, 12.0)
+    max_length: tuple[int, int] = (16, 1024)
+    taken_ids: frozenset[str] = field(default_factory=frozenset)
+    """Card ids already in the library (a proposal may not shadow one)."""
+
+    def manifest(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "taken_ids"}
+        return json.loads(json.dumps(d))
+
+
+def _within(name: str, value: float, bounds: tuple[float, float]) -> None:
+    lo, hi = bounds
+    if not lo <= value <= hi:
+        raise BadInput(f"{name} {value} is outside the allowed range [{lo}, {hi}]")
+
+
+def check_card(card: CandidateCard, allow: Allowlist) -> None:
+    """BadInput naming the first allow-list violation."""
+    if card.id in allow.taken_ids:
+        raise BadInput(f"card id {card.id} is already in the library: propose a new id")
+    if card.method not in allow.methods:
+        raise BadInput(f"method {card.method} is not allowed")
+    if card.family not in allow.families:
+        raise BadInput(f"family {card.family} is not allowed")
+    for mix in card.data.mix:
+        known = allow.datasets.get(mix.dataset.id)
+        if known is None:
+            raise BadInput(f"dataset {mix.dataset.id} is not in this world")
+        if known != mix.dataset.sha256:
+            raise BadInput(f"dataset {mix.dataset.id} hash does not match this world's copy")
+    if card.data.replay_share > 0:
+        raise BadInput("replay is not allowed in LLM proposals")
+    _within("learning_rate", card.hparams.learning_rate, allow.learning_rate)
+    _within("batch_size", card.hparams.batch_size, allow.batch_size)
+    _within("max_length", card.hparams.max_length, allow.max_length)
+    _within("n_examples", card.data.n_examples, allow.n_examples)
+    _within("budget.steps", card.budget.steps, allow.steps)
+    _within("budget.device_hours", card.budget.device_hours, allow.device_hours)
+
+
+def parse_cards(text: str) -> list[Any]:
+    """The list of card objects in an LLM reply: a JSON list, or {"cards": [...]}."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.strip("`").removeprefix("json").strip()
+    data = loads_strict(body)
+    if isinstance(data, dict) and set(data) == {"cards"}:
+        data = data["cards"]
+    if not isinstance(data, list):
+        raise BadInput('the reply is not a JSON list of cards nor {"cards": [...]}')
+    return data
+
+
+def judge(items: list[Any], allow: Allowlist, limit: int,
+          to_proposal: Callable[[CandidateCard], Proposal]) -> list[dict[str, Any]]:
+    """Accept or reject every proposed item, in order, each with its reason."""
+    out, accepted, ids = [], 0, set()
+    for i, item in enumerate(items):
+        raw = json.dumps(item, ensure_ascii=False)[:MAX_RAW]
+        row = {"index": i, "status": "rejected", "reason": "", "raw": raw, "record": None, "hash": None}
+        try:
+            if accepted >= limit:
+                raise BadInput(f"over the quota of {limit} proposals per episode")
+            card = parse_model(CandidateCard, json.dumps(item), "candidate card")
+            check_card(card, allow)
+            if card.id in ids:
+                raise BadInput(f"card id {card.id} proposed twice")
+            proposal = to_proposal(card)
+            row |= {"status": "accepted", "reason": "valid", "record": canonical_json(proposal),
+                    "hash": content_hash(proposal)}
+            accepted, ids = accepted + 1, ids | {card.id}
+        except BadInput as exc:
+            row["reason"] = str(exc)[:500]
+        out.append(row)
+    return out
+
+
+def _prompt(library: list[Entry], allow: Allowlist, limit: int) -> list[dict[str, str]]:
+    schema = json.dumps(CandidateCard.model_json_schema())
+    known = ", ".join(sorted(e.record.card.id for e in library))
+    return [{"role": "system", "content": (
+        "You propose post-training updates as JSON candidate cards. Reply with only a JSON object "
+        f'{{"cards": [...]}} holding at most {limit} cards that follow this JSON schema exactly: {schema}')},
+        {"role": "user", "content": (
+            f"Datasets available (id -> sha256): {json.dumps(allow.datasets)}. Allowed ranges: "
+            f"{json.dumps(allow.manifest())}. Cards already known: {known}. Propose new ids.")}]
+
+
+@dataclass(frozen=True)
+class OpenAIProposer:
+    base_url: str
+    model: str
+    allow: Allowlist
+    to_proposal: Callable[[CandidateCard], Proposal]
+    limit: int = 3
+    timeout_s: float = 60.0
+
+    def __call__(self, library: list[Entry]) -> list[dict[str, Any]]:
+        import openai  # noqa: PLC0415
+
+        client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY", "unused"),
+                               timeout=self.timeout_s, max_retries=0)
+        try:
+            reply = client.chat.completions.create(model=self.model, temperature=0.0,
+                                                   messages=_prompt(library, self.allow, self.limit))
+            text = reply.choices[0].message.content or ""
+        except openai.OpenAIError as exc:
+            return [_whole_reply_rejected(f"proposer request failed: {type(exc).__name__}: {exc}", "")]
+        try:
+            items = parse_cards(text)
+        except BadInput as exc:
+            return [_whole_reply_rejected(f"unparseable reply: {exc}", text)]
+        return judge(items, self.allow, self.limit, self.to_proposal)
+
+
+def _whole_reply_rejected(reason: str, raw: str) -> dict[str, Any]:
+    return {"index": -1, "status": "rejected", "reason": reason[:500], "raw": raw[:MAX_RAW], "record": None,
+            "hash": None}
+
+
+def load_proposals(run_dir: Path) -> list[Entry]:
+    """Accepted proposals of a run (empty before the propose node ran)."""
+    path = Path(run_dir) / "proposals.json"
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    return [Entry(r["hash"], parse_record(r["record"])) for r in rows if r["status"] == "accepted"]
+
+
+def load_or_propose(run_dir: Path, produce: Callable[[], list[dict[str, Any]]]) -> list[Entry]:
+    """Ask once per episode; proposals.json is the frozen answer."""
+    path = Path(run_dir) / "proposals.json"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(produce(), indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    return load_proposals(run_dir)

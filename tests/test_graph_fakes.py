@@ -1,0 +1,268 @@
+"""Small fakes at the loop's boundary (trainer, evaluator, authorizer, gate, ledger, audit).
+
+A fake model is a directory holding `q.json` (its target score). Training adds the card's
+planned gain; the evaluator reads it back; the gate promotes iff the target rose. Every
+trainer start/finish is logged to `calls.jsonl`, so a test can count completed trainings.
+`FAKE_KILL=<point>` SIGKILLs the process at that point (for the kill/resume tests).
+
+Run as a script (`python tests/test_graph_fakes.py RUN_DIR`) to drive one fake episode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bank_factory as bf  # noqa: E402
+from experience_bank.bank import Bank, decision_hash  # noqa: E402
+from experience_bank.hashing import canonical_json, content_hash  # noqa: E402
+from experience_bank.records import CurrentContext, Decision, Features, FieldScores, ModelRef  # noqa: E402
+from experience_bank.results import (EvalIdentity, GateCheck, GateVerdict, ItemResult, SuiteResult,  # noqa: E402
+                                     TrainResult, TrialResult)
+
+# card id -> (action, trial verdict, gain of a full run in pp)
+PLAN = {
+    "S01": ("reject", None, 0.0),
+    "S02": ("validate", "pass", 5.0),       # trial passes, full run promoted
+    "S03": ("train", None, -3.0),           # direct train, rolled back
+    "S04": ("validate", "fail", 0.0),       # trial fails
+    "S05": ("validate", "inconclusive", 2.0),  # leased -> full run, promoted
+    "S06": ("train", None, 4.0),            # direct train, promoted
+    "X07": ("train", None, 1.0),            # dropped by the executability filter
+}
+
+
+def maybe_kill(point: str) -> None:
+    if os.environ.get("FAKE_KILL") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _log(run_dir: Path, **row) -> None:
+    with open(run_dir / "calls.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _q(model_dir: str) -> float:
+    return json.loads((Path(model_dir) / "q.json").read_text())["q"]
+
+
+def _write_model(out_dir: str, q: float) -> str:
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "q.json").write_text(json.dumps({"q": q}))
+    return content_hash({"q": q, "dir": Path(out_dir).name})
+
+
+def _suite(name: str, metric: str, value: float, sha: str, split: str) -> SuiteResult:
+    ident = EvalIdentity(suite=name, split=split, data_sha256=bf.sha((name, split)), scorer_version="fake-1",
+                         model_sha256=sha, chat_template_sha256=bf.sha("tpl"), backend="transformers",
+                         batch_size=1, max_new_tokens=8, seed=0)
+    items = (ItemResult(item_id="i0", correct=True),)
+    return SuiteResult(identity=ident, generations_sha256=bf.sha((sha, name, split)), metrics={metric: value},
+                       items=items, n_unparseable=0, n_unknown=0)
+
+
+class FakePorts:
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def model_ref(self, model_dir, sha256):
+        return ModelRef(id="fake/model", sha256=sha256, arch="qwen3", chat_template_sha256=bf.sha("tpl"))
+
+    def context(self, parent_dir, parent_sha, stage):
+        return CurrentContext(parent=self.model_ref(parent_dir, parent_sha), stage=stage, families=("sql",),
+                              tasks={"sql": "sql/target"}, datasets={"sql/source/train": bf.sha("data")},
+                              runtimes=("trl-sft",), eval_protocol="fake-eval", output_protocols={"sql": "sql"})
+
+    def executable(self, record):
+        return "dataset missing: fake" if record.card.id.startswith("X") else None
+
+    def compile(self, entry, ctx):
+        fs = FieldScores(family=1.0, data=1.0, runtime=1.0, parent=1.0, protocol=1.0)
+        return Features(candidate_id=entry.record.card.id, record_hash=entry.hash, context_hash=content_hash(ctx),
+                        is_new=False, grade="B", delta_src=5.0, kappa=10.0, S=0.5, fields=fs, A=1.0, H=0,
+                        conflicts=(), Q=0.5, nu="restart", chi=0)
+
+    def authorize(self, features, episode):
+        action = PLAN[features.candidate_id][0]
+        draft = Decision(candidate_id=features.candidate_id, action=action, rule=f"fake.{action}",
+                         numbers={"Q": 0.5}, policy="fake", policy_version="v1", features=features,
+                         decision_hash="0" * 64)
+        return draft.model_copy(update={"decision_hash": decision_hash(draft)})
+
+    def evaluate(self, model_dir, split, out_dir):
+        q = _q(model_dir)
+        sha = _write_model(model_dir, q) if False else content_hash({"q": q, "dir": Path(model_dir).name})
+        return {"sql/target": _suite("sql/target", "exec_acc", q, sha, split),
+                "ifeval": _suite("ifeval", "prompt_strict", 50.0, sha, split)}
+
+    def _train(self, card, parent_dir, out_dir, run_key, gain, role):
+        _log(self.run_dir, op="train", key=run_key, phase="start")
+        maybe_kill(f"{role}:{card.id}:mid")
+        sha = _write_model(out_dir, _q(parent_dir) + gain)
+        result = TrainResult(card_id=card.id, run_key=run_key, parent_sha256=content_hash({"q": _q(parent_dir),
+                             "dir": Path(parent_dir).name}), checkpoint=out_dir, checkpoint_sha256=sha, steps=10,
+                             fraction=0.2 if role == "trial" else 1.0, wall_seconds=1.5,
+                             never_promotable=role == "trial")
+        _log(self.run_dir, op="train", key=run_key, phase="done")
+        maybe_kill(f"{role}:{card.id}:done")
+        return result
+
+    def trial(self, card, parent_dir, out_dir, run_key, parent_val, initial_val):
+        verdict = PLAN[card.id][1]
+        run = self._train(card, parent_dir, out_dir, run_key, PLAN[card.id][2] * 0.2, "trial")
+        return TrialResult(verdict=verdict, delta_val=PLAN[card.id][2] * 0.2, retention_deltas={"ifeval.prompt_strict": 0.0},
+                           reasons=(f"fake {verdict}",), train=run)
+
+    def train(self, card, parent_dir, out_dir, run_key, resume_from):
+        return self._train(card, parent_dir, out_dir, run_key, PLAN[card.id][2], "train")
+
+    def gate(self, card, initial, parent, child, run):
+        gain = child["sql/target"].metrics["exec_acc"] - parent["sql/target"].metrics["exec_acc"]
+        check = GateCheck(name="target", passed=gain > 0, numbers={"gain": gain}, reason=f"gain {gain:+.1f} pp")
+        return GateVerdict(promote=gain > 0, decided_by="all_passed" if gain > 0 else "target", checks=(check,),
+                           u_prom=gain / 10, child_sha256=child["sql/target"].identity.model_sha256,
+                           parent_sha256=parent["sql/target"].identity.model_sha256,
+                           initial_sha256=initial["sql/target"].identity.model_sha256)
+
+    def promote(self, run_dir, child_dir, child_sha, key):
+        maybe_kill(f"promote:{Path(child_dir).parent.name}")
+        dest = Path(run_dir) / "parents" / child_sha[:16]
+        if not dest.exists():
+            shutil.copytree(child_dir, dest.with_suffix(".tmp"), dirs_exist_ok=True)
+            os.replace(dest.with_suffix(".tmp"), dest)
+        return str(dest)
+
+    def captrack(self, initial, child):
+        d = child["sql/target"].metrics["exec_acc"] - initial["sql/target"].metrics["exec_acc"]
+        return {"CAN": d, "CAN/C1": d, "WILL": None}
+
+    def target_metric(self, card):
+        return "sql/target.exec_acc"
+
+    def observation(self, entry, event, parent, stage):
+        gain = event.metrics.get("gain.sql/target.exec_acc", event.metrics.get("trial.delta_val", 0.0))
+        return bf.record(entry.record.card.id, delta=gain, seed=(event.episode_id, event.seq))
+
+    def propose(self, library):
+        return []
+
+
+class FakeLedger:
+    """Append-only JSONL ledger, idempotent on (episode, key)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def rows(self) -> list[dict]:
+        return [json.loads(x) for x in self.path.read_text().splitlines()] if self.path.exists() else []
+
+    def charge(self, episode_id, key, device_hours, wall_seconds, what):
+        if any(r["episode"] == episode_id and r["key"] == key for r in self.rows()):
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"episode": episode_id, "key": key, "h": device_hours, "what": what}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def spent(self, episode_id):
+        return sum(r["h"] for r in self.rows() if r["episode"] == episode_id)
+
+
+class FakeAudit:
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def _append(self, name: str, key: str, body: str) -> None:
+        path = self.run_dir / name
+        lines = path.read_text().splitlines() if path.exists() else []
+        if any(json.loads(x)["key"] == key for x in lines):
+            return
+        with open(path, "a") as f:
+            f.write(json.dumps({"key": key, "body": body}) + "\n")
+
+    def decision(self, decision):
+        self._append("decisions.jsonl", decision.decision_hash, canonical_json(decision))
+
+    def outcome(self, event):
+        self._append("outcomes.jsonl", str(event.seq), canonical_json(event))
+
+
+class KillingBank:
+    """The real bank, with kill points right after its writes."""
+
+    def __init__(self, bank: Bank):
+        self.bank = bank
+
+    def record_decision(self, episode_id, decision):
+        self.bank.record_decision(episode_id, decision)
+        maybe_kill(f"decided:{decision.candidate_id}")
+
+    def append_event(self, event):
+        self.bank.append_event(event)
+        maybe_kill(f"appended:{event.candidate_id}")
+
+    def stage_observation(self, episode_id, record):
+        return self.bank.stage_observation(episode_id, record)
+
+    def finish_episode(self, episode_id):
+        self.bank.finish_episode(episode_id)
+
+    def events(self, episode_id):
+        return self.bank.events(episode_id)
+
+    def consolidate(self, episode_id):
+        return self.bank.consolidate(episode_id)
+
+
+def library_bank(path: Path) -> Bank:
+    """A bank whose current library lists the PLAN's cards in order."""
+    if path.exists():
+        return Bank.open(path)
+    bank = Bank.init(path)
+    bank.import_records([bf.record(cid, seed=cid) for cid in PLAN], library_note="fake seed library")
+    return bank
+
+
+def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5):
+    from agent.state import Ctx, Entry
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    bank = library_bank(run_dir / "bank.sqlite")
+    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records()}
+    base = run_dir / "base"
+    base_sha = _write_model(str(base), 40.0)
+    manifest = {"budget_device_hours": budget_h, "trial_fraction": 0.2, "fallback_lease": 1,
+                "cost": {"mode": "nominal", "devices": 1, "eval_device_hours": 0.25},
+                "stop": {"max_consecutive_rejections": max_rejections, "max_candidates": None},
+                "initial": {"dir": str(base), "sha256": base_sha}}
+    manifest_hash = content_hash(manifest)
+    episode_id = "E-fake"
+    bank.start_episode(episode_id, manifest_hash, bank.current_library_version())
+    ctx = Ctx(run_dir=run_dir, episode_id=episode_id, manifest=manifest, entries=entries, ports=FakePorts(run_dir),
+              bank=KillingBank(bank), ledger=FakeLedger(run_dir / "ledger.jsonl"), audit=FakeAudit(run_dir))
+    initial = {"episode_id": episode_id, "manifest_hash": manifest_hash, "cursor": 0, "seq": 0, "stage": 0,
+               "parent_dir": str(base), "parent_sha": base_sha, "spent_h": 0.0, "consecutive_rejections": 0,
+               "proposals_authorized": 0, "leases_used": 0, "stop_reason": ""}
+    return ctx, initial, bank
+
+
+def run_fake(run_dir: Path, **kw) -> dict:
+    from agent.episode import drive
+
+    ctx, initial, bank = make_ctx(run_dir, **kw)
+    try:
+        return drive(ctx, initial, run_dir / "checkpoints.sqlite")
+    finally:
+        bank.close()
+
+
+if __name__ == "__main__":
+    final = run_fake(Path(sys.argv[1]))
+    print(json.dumps({"stop_reason": final.get("stop_reason"), "seq": final.get("seq")}))
