@@ -45,7 +45,7 @@ class GateConfig(Frozen):
     """Also block a drop smaller than the threshold when McNemar is significant at alpha."""
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     """Significance level of the exact McNemar test."""
-    min_gain_pp: dict[str, Annotated[float, Field(ge=0.0)]] = {f: 2.0 for f in _FAMILIES}
+    min_gain_pp: dict[str, Annotated[float, Field(ge=0.0)]] = {f: 1.0 for f in _FAMILIES}
     """Minimum meaningful gain on the target, per family (pp)."""
     kappa: dict[str, Annotated[float, Field(gt=0.0)]] = {f: 10.0 for f in _FAMILIES}
     """Normalising scale of U_prom, per family (pp)."""

@@ -62,8 +62,8 @@ def test_significant_smaller_drop_blocks_only_when_configured():
 
 
 def test_target_below_minimum_gain_blocks_and_minimum_passes():
-    assert judge(world("child", sql=41.0)).decided_by == "target"
-    assert judge(world("child", sql=42.0)).promote
+    assert judge(world("child", sql=40.5)).decided_by == "target"  # +0.5 < 1.0 pp
+    assert judge(world("child", sql=41.0)).promote
 
 
 def test_u_prom_not_positive_blocks():
