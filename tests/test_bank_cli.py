@@ -1,0 +1,106 @@
+"""`agent bank ...` in-process: every bad-input class exits 2 and leaves the bank file byte-identical."""
+
+import hashlib
+import sqlite3
+
+import pytest
+
+from agent.cli import main
+from bank_factory import event, proposal, record, sha
+from experience_bank.bank import Bank
+from experience_bank.hashing import canonical_json
+
+GOOD = canonical_json(record())
+
+
+@pytest.fixture
+def bank_file(tmp_path):
+    path = tmp_path / "bank.sqlite"
+    assert main(["bank", "init", "--bank", str(path)]) == 0
+    return path
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+BAD_LINES = {
+    "duplicate key": GOOD[:-1] + ',"kind":"historical"}',
+    "nan": GOOD.replace('"delta_point":5.0', '"delta_point":NaN'),
+    "extra field": GOOD[:-1] + ',"trust_remote_code":true}',
+    "coercion": GOOD.replace('"steps":100', '"steps":"100"'),
+    "range": GOOD.replace('"kappa":10.0', '"kappa":-1.0'),
+    "fake proposal evidence": canonical_json(proposal())[:-1] + ',"evidence":{}}',
+    "not json": "{nope",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_bad_import_line_exits_2_and_writes_nothing(bank_file, tmp_path, capsys, name):
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text(GOOD + "\n" + BAD_LINES[name] + "\n")
+    before = _digest(bank_file)
+    assert main(["bank", "import", str(jsonl), "--bank", str(bank_file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("agent: error: ") and "line 2" in err and "\n" not in err
+    assert _digest(bank_file) == before
+
+
+@pytest.mark.parametrize("argv", [
+    ["bank", "import", "missing.jsonl"],
+    ["bank", "list", "--version", "5"],
+    ["bank", "export", "--version", "5"],
+    ["bank", "consolidate", "--episode", "E404"],
+    ["bank", "show", "0123abc"],
+])
+def test_other_bad_inputs_exit_nonzero_and_write_nothing(bank_file, argv):
+    before = _digest(bank_file)
+    code = main(argv + ["--bank", str(bank_file)])
+    assert code == (1 if argv[1] == "show" else 2)
+    assert _digest(bank_file) == before
+
+
+def test_missing_and_newer_bank_exit_2(tmp_path, bank_file, capsys):
+    assert main(["bank", "verify", "--bank", str(tmp_path / "nope.sqlite")]) == 2
+    assert not (tmp_path / "nope.sqlite").exists()
+    raw = sqlite3.connect(bank_file)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+    before = _digest(bank_file)
+    assert main(["bank", "list", "--bank", str(bank_file)]) == 2
+    assert "bank schema 99 is newer than this agent (4): upgrade the agent" in capsys.readouterr().err
+    assert _digest(bank_file) == before
+
+
+def test_import_export_list_show_round_trip(bank_file, tmp_path, capsys):
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text(GOOD + "\n" + canonical_json(proposal()) + "\n")
+    assert main(["bank", "import", str(jsonl), "--bank", str(bank_file)]) == 0
+    out = tmp_path / "out.jsonl"
+    assert main(["bank", "export", "--out", str(out), "--bank", str(bank_file)]) == 0
+    assert out.read_text() == jsonl.read_text()
+    capsys.readouterr()
+    assert main(["bank", "list", "--bank", str(bank_file)]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert len(listing) == 2 and "S01" in listing[0] and "grade B" in listing[0]
+    assert main(["bank", "show", "P01", "--bank", str(bank_file)]) == 0
+    assert '"kind": "proposal"' in capsys.readouterr().out
+
+
+def test_verify_exits_1_on_tampering_and_consolidate_works(bank_file, capsys):
+    with Bank.open(bank_file) as bank:
+        bank.import_records([record()], library_note="L0")
+        bank.start_episode("E1", sha("m"), 0)
+        bank.append_event(event())
+        bank.stage_observation("E1", record(seed=1, delta=6.0))
+        bank.finish_episode("E1")
+    assert main(["bank", "verify", "--bank", str(bank_file)]) == 0
+    assert main(["bank", "consolidate", "--episode", "E1", "--bank", str(bank_file)]) == 0
+    assert "library version 1 (1 records)" in capsys.readouterr().out
+    raw = sqlite3.connect(bank_file)
+    raw.execute("DROP TRIGGER events_no_update")
+    raw.execute("UPDATE events SET body = replace(body, 'gate.pass', 'gate.pasS')")
+    raw.commit()
+    raw.close()
+    assert main(["bank", "verify", "--bank", str(bank_file)]) == 1
+    assert capsys.readouterr().out.startswith("events: episode E1 seq 0: body does not match its hash")
