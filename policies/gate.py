@@ -57,7 +57,7 @@ class GateConfig(Frozen):
     """Suite name of the retention guard."""
     ifeval_prompt_metric: Ident = "prompt_strict"
     """Prompt-level strict accuracy metric of that suite."""
-    ifeval_instruction_metric: Ident = "instruction_strict"
+    ifeval_instruction_metric: Ident = "inst_strict"
     """Instruction-level strict accuracy metric of that suite."""
 
 

@@ -125,7 +125,7 @@ def test_failed_sanity_check_blocks():
     assert judge(world("child", sql=50.0), sanity=good).promote
 
 
-UNKNOWABLE = [("ifeval", "prompt_strict", "ifeval_guard"), ("ifeval", "instruction_strict", "ifeval_guard"),
+UNKNOWABLE = [("ifeval", "prompt_strict", "ifeval_guard"), ("ifeval", "inst_strict", "ifeval_guard"),
               ("sql/target", "exec_acc", "target"), ("finance/target", "em", "target"),
               ("captrack", "can_arith", "captrack"), ("captrack", "will_refusal", "captrack")]
 

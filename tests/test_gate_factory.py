@@ -40,7 +40,7 @@ def world(model: str, *, prompt=60.0, inst=70.0, ifeval_items=None, sql=40.0, fi
     ifeval_items = [True] * 240 + [False] * 160 if ifeval_items is None else ifeval_items
     cap = {**BASE_CAPTRACK, **(captrack or {})}
     return {
-        "ifeval": suite("ifeval", {"prompt_strict": prompt, "instruction_strict": inst}, ifeval_items, model=model, **kw),
+        "ifeval": suite("ifeval", {"prompt_strict": prompt, "inst_strict": inst}, ifeval_items, model=model, **kw),
         "sql/target": suite("sql/target", {"exec_acc": sql}, [True] * 4 + [False] * 6, model=model,
                             n_unparseable=sql_unparseable, **kw),
         "finance/target": suite("finance/target", {"em": fin}, [True] * 3 + [False] * 7, model=model, **kw),

@@ -10,7 +10,7 @@ from experience_bank.results import MetricSpec
 from policies.gate import SEVERITIES, GateConfig, gate, metric_drift, severity
 
 INITIAL = world("initial")
-KEYS = [("ifeval", "prompt_strict"), ("ifeval", "instruction_strict"), ("sql/target", "exec_acc"),
+KEYS = [("ifeval", "prompt_strict"), ("ifeval", "inst_strict"), ("sql/target", "exec_acc"),
         ("finance/target", "em")] + [("captrack", s.name.partition(".")[2]) for s in SPECS]
 
 
