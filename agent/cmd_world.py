@@ -1,5 +1,76 @@
-"""CLI commands (see agent/cli.py). Filled in by the part of the project that owns them."""
+"""`agent world build` and `agent world seed-bank`: the embedded world and its library L(0).
+
+Examples:
+    agent world build --size test
+    agent world seed-bank --size default --bank runs/bank.sqlite
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+
+SIZES = ("test", "default", "smol")
 
 
 def register(sub) -> None:
-    """Add this module's subcommands to the `agent` parser."""
+    """Add `agent world {build,seed-bank}`."""
+    world = sub.add_parser("world", help="build the embedded world or its initial experience library")
+    wsub = world.add_subparsers(dest="world_command", required=True, metavar="WORLD_COMMAND")
+
+    build = wsub.add_parser("build", help="build (or load from the cache) the base model; e.g. `agent world build --size test`")
+    build.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
+    build.add_argument("--json", action="store_true", help="print the World manifest as JSON")
+    build.set_defaults(func=cmd_build)
+
+    seed = wsub.add_parser("seed-bank", help="build L(0) from real source-context runs; "
+                                             "e.g. `agent world seed-bank --size default --bank runs/bank.sqlite`")
+    seed.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
+    seed.add_argument("--bank", required=True, help="bank file to import the records into (created if missing)")
+    seed.add_argument("--cards", default=None, help="comma-separated card ids (default: the whole catalogue)")
+    seed.set_defaults(func=cmd_seed_bank)
+
+
+@contextmanager
+def _bar(description: str):
+    """A rich progress bar driven by `progress(phase, done, total)` callbacks."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=False) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(phase: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{description}: {phase}", completed=done, total=total)
+
+        yield update
+
+
+def cmd_build(args) -> int:
+    from agent.world import ensure_world
+
+    t0 = time.monotonic()
+    with _bar(f"world {args.size}") as progress:
+        world = ensure_world(args.size, progress=progress)
+    if args.json:
+        print(world.to_json())
+    else:
+        print(f"world {world.size}-{world.recipe_sha256[:12]} at {world.base_dir} "
+              f"(built in {world.build_seconds:.0f} s; this call {time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+def cmd_seed_bank(args) -> int:
+    from agent.seed_bank import build_seed_bank
+    from agent.world import ensure_world
+
+    cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
+    t0 = time.monotonic()
+    with _bar(f"world {args.size}") as progress:
+        world = ensure_world(args.size, progress=progress)
+    with _bar("seed bank") as progress:
+        version = build_seed_bank(world, args.bank, progress, cards=cards)
+    print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,
+                      "seconds": round(time.monotonic() - t0, 1)}))
+    return 0

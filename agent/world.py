@@ -64,6 +64,8 @@ class Recipe:
     steps: int
     batch_size: int
     learning_rate: float
+    tokenizer_rows: int
+    """Rows drawn from each of the world's training pools to train the tokenizer."""
     seed: int = 0
 
 
@@ -75,12 +77,12 @@ _MIX = ("finance/source/train", "sql/source/train", "function/source/train", "if
 RECIPES: dict[str, Recipe] = {
     "test": Recipe(size="test", vocab_size=1024, hidden_size=64, intermediate_size=192,
                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                   max_length=384, mixture=tuple(zip(_MIX, (400, 400, 400, 300, 300))),
-                   steps=120, batch_size=16, learning_rate=2e-3),
+                   max_length=512, mixture=tuple(zip(_MIX, (400, 400, 400, 300, 300))),
+                   steps=120, batch_size=16, learning_rate=2e-3, tokenizer_rows=200),
     "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=576,
                       num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
-                      max_length=384, mixture=tuple(zip(_MIX, (2000, 2000, 2000, 1500, 1500))),
-                      steps=700, batch_size=32, learning_rate=1e-3),
+                      max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 1000, 1000))),
+                      steps=700, batch_size=32, learning_rate=1e-3, tokenizer_rows=1000),
 }
 
 
@@ -131,7 +133,7 @@ def recipe_sha256(recipe: Recipe) -> str:
     """Hash of the recipe, the build format and the pretraining data's content hashes."""
     from evaluators import tasks
 
-    data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds, _ in recipe.mixture}
+    data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}  # tokenizer reads all
     return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data})
 
 
@@ -212,8 +214,13 @@ def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = 
 
     from agent.tokenizer import train_tokenizer, world_texts
 
+    from evaluators import tasks
+
     rows = pretraining_rows(recipe)
-    tok = train_tokenizer(world_texts(rows), recipe.vocab_size, recipe.max_length)
+    # The tokenizer sees every training pool of the world (as a real tokenizer covers the
+    # target domain's vocabulary); the model is pretrained on the source mixture only.
+    corpus = [r for ds in sorted(tasks.DATASET_IDS) for r in tasks.sft_examples(ds, recipe.seed, recipe.tokenizer_rows)]
+    tok = train_tokenizer(world_texts(corpus), recipe.vocab_size, recipe.max_length)
     config = Qwen3Config(
         vocab_size=len(tok), hidden_size=recipe.hidden_size, intermediate_size=recipe.intermediate_size,
         num_hidden_layers=recipe.num_hidden_layers, num_attention_heads=recipe.num_attention_heads,
@@ -231,7 +238,7 @@ def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = 
 
 
 def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progress: Progress | None) -> None:
-    from datasets import Dataset
+    from datasets import Dataset, disable_progress_bars
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
@@ -241,6 +248,7 @@ def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progr
             if progress:
                 progress("pretrain", state.global_step, recipe.steps)
 
+    disable_progress_bars()  # the caller's progress bar is the only one
     with tempfile.TemporaryDirectory() as scratch:
         args = SFTConfig(
             output_dir=scratch, max_steps=recipe.steps, per_device_train_batch_size=recipe.batch_size,

@@ -1,0 +1,91 @@
+"""L(0): evidence arithmetic (fast, pure) and a real seed bank on the test-size world (slow)."""
+
+import pytest
+
+from agent.catalogue import card_by_id
+from agent.seed_bank import GRADE_PLAN, KAPPA, evidence_from, source_card
+from test_catalogue import fake_world  # tests/ is on sys.path (rootdir-relative import mode)
+
+
+def summary(scores, prompt=80.0, inst=85.0):
+    return {"items": {f"i{k}": float(v) for k, v in enumerate(scores)}, "metric": "exec_acc",
+            "ifeval": {"prompt_strict": prompt, "inst_strict": inst}}
+
+
+CARD = card_by_id(fake_world(), "S05")
+CONTROL = summary([0, 0, 1, 1, 0, 1, 0, 0, 1, 0])
+
+
+def test_grade_a_agreeing_replicates_use_a_lower_bound():
+    runs = [summary([1, 0, 1, 1, 1, 1, 0, 0, 1, 0], prompt=70.0), summary([1, 1, 1, 1, 0, 1, 0, 0, 1, 0], prompt=74.0)]
+    ev = evidence_from(CARD, CONTROL, runs, "A")
+    assert ev.grade == "A" and ev.chi == 1 and ev.replicates == 2
+    assert ev.delta_point == pytest.approx(20.0) and ev.delta_src < ev.delta_point
+    assert ev.kappa == KAPPA["sql"] and ev.target_metric == "sql/source.exec_acc"
+    assert {r.metric: r.delta for r in ev.retention}["ifeval.prompt_strict"] == pytest.approx(-8.0)
+
+
+def test_disagreeing_replicates_are_not_grade_a():
+    runs = [summary([1, 0, 1, 1, 1, 1, 0, 0, 1, 0]), summary([0, 0, 0, 1, 0, 1, 0, 0, 1, 0])]
+    ev = evidence_from(CARD, CONTROL, runs, "A")
+    assert ev.grade == "B" and ev.chi == 0 and ev.replicates == 2
+    assert ev.delta_src == ev.delta_point == pytest.approx(5.0)
+
+
+def test_grade_b_is_the_paired_point_estimate_and_c_the_logged_difference():
+    ev = evidence_from(CARD, CONTROL, [summary([0, 0, 0, 0, 0, 1, 0, 0, 1, 0])], "B")
+    assert (ev.grade, ev.chi, ev.replicates) == ("B", 0, 1) and ev.delta_src == pytest.approx(-20.0)
+    half = {"items": dict(list(summary([1] * 10)["items"].items())[5:]), "metric": "exec_acc",
+            "ifeval": {"prompt_strict": 80.0, "inst_strict": 85.0}}
+    ev = evidence_from(CARD, CONTROL, [half], "C")
+    assert ev.grade == "C" and ev.delta_src == ev.delta_point == pytest.approx(60.0)
+
+
+def test_source_card_swaps_data_for_the_source_task_and_scales_steps():
+    world = fake_world()
+    world.datasets["sql/source/train"] = "0" * 64
+    card = card_by_id(world, "S07")
+    src = source_card(card, world, 0.25)
+    assert [m.dataset.id for m in src.data.mix] == ["sql/source/train"]
+    assert src.budget.steps == round(card.budget.steps * 0.25) and src.hparams == card.hparams
+    assert src.id == card.id and src.adapter == card.adapter
+
+
+def test_grade_plan_covers_the_catalogue_and_is_frozen():
+    from agent.catalogue import card_ids
+
+    assert set(GRADE_PLAN) == set(card_ids())
+    assert sorted(GRADE_PLAN.values()).count("A") == 9
+
+
+@pytest.mark.slow
+def test_seed_bank_on_the_test_world(tmp_path, monkeypatch):
+    import time
+
+    from agent.seed_bank import build_seed_bank, seed_records
+    from agent.world import ensure_world
+    from experience_bank.bank import Bank
+
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
+    world = ensure_world("test")
+    cards = ["S05", "S06", "G09", "S08"]  # A, A, A, C (LoRA + replay)
+    t0 = time.monotonic()
+    version = build_seed_bank(world, tmp_path / "bank.sqlite", cards=cards)
+    print(f"seed bank ({len(cards)} cards) in {time.monotonic() - t0:.1f} s")
+    with Bank.open(tmp_path / "bank.sqlite") as bank:
+        entries = bank.library_records(version)
+        assert len(entries) == len(cards)
+        assert not bank.verify()
+    for rec in seed_records(world, cards=cards):
+        ev = rec.evidence
+        assert ev.chi == (1 if ev.grade == "A" else 0)
+        assert ev.replicates == (2 if GRADE_PLAN[rec.card.id] == "A" else 1)
+        if ev.grade == "A":
+            assert ev.delta_src <= ev.delta_point
+        else:
+            assert ev.delta_src == ev.delta_point
+        assert rec.source.task == f"{rec.card.family}/source" and rec.source.parent.sha256 == world.model.sha256
+        assert all((tmp_path / a).exists() for a in rec.provenance.artefacts)
+    t1 = time.monotonic()
+    assert build_seed_bank(world, tmp_path / "bank.sqlite", cards=cards) == version  # cached, idempotent
+    assert time.monotonic() - t1 < 10
