@@ -150,8 +150,9 @@ class Bank:
                 "INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
                 "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", rows)
             if library_note is not None:
-                base = [e.hash for e in self._entries(self.current_library_version())]
-                self._insert_version(base + [r["hash"] for r in rows], library_note, None, None)
+                base = [(e.hash, e.record) for e in self._entries(self.current_library_version())]
+                self._insert_version(base + [(r["hash"], rec) for r, rec in zip(rows, records)],
+                                     library_note, None, None)
         return [r["hash"] for r in rows]
 
     def import_jsonl(self, path: str | Path, *, library_note: str | None = None) -> list[str]:
@@ -220,13 +221,13 @@ class Bank:
     def create_library_version(self, record_hashes: Iterable[str], note: str) -> int:
         """A new library version holding exactly these stored records; conflicts are flagged."""
         with self._write():
-            return self._insert_version(list(record_hashes), note, None, None)
+            return self._insert_version([(h, self.get_record(h)) for h in record_hashes], note, None, None)
 
-    def _insert_version(self, hashes: list[str], note: str, base: int | None, episode_id: str | None,
-                        missing: dict[str, tuple[str, ...]] | None = None) -> int:
-        hashes = list(dict.fromkeys(hashes))
-        records = [self.get_record(h) for h in hashes]
-        conflicted = conflicted_hashes(records)
+    def _insert_version(self, entries: list[tuple[str, Record]], note: str, base: int | None,
+                        episode_id: str | None, missing: dict[str, tuple[str, ...]] | None = None) -> int:
+        unique = dict(entries)  # callers pass records they hold, so nothing is parsed twice
+        hashes = list(unique)
+        conflicted = conflicted_hashes(list(unique.values()))
         (latest,) = self.db.execute("SELECT max(version) FROM library_versions").fetchone()
         version = 0 if latest is None else latest + 1
         self.db.execute("INSERT INTO library_versions (version, base_version, episode_id, note, created_at) "
@@ -371,9 +372,9 @@ class Bank:
                                "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", merged)
                     db.conn.executemany("INSERT OR IGNORE INTO replicates (merged_hash, member_hash) VALUES (?, ?)",
                                         [(merged["hash"], content_hash(m)) for m in p.members])
-            hashes = [content_hash(p.record) for p in planned]
-            missing = {h: self._missing(p.record) for h, p in zip(hashes, planned)}
-            return self._insert_version(hashes, f"consolidate episode {episode_id}", episode["library_version"],
+            entries = [(content_hash(p.record), p.record) for p in planned]
+            missing = {h: self._missing(r) for h, r in entries}
+            return self._insert_version(entries, f"consolidate episode {episode_id}", episode["library_version"],
                                         episode_id, missing)
 
     def _observations(self, version: int, episode_id: str) -> list[Record]:
