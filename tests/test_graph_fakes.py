@@ -103,6 +103,9 @@ class FakePorts:
                 "ifeval": _suite("ifeval", "prompt_strict", 50.0, sha, split)}
 
     def _train(self, card, parent_dir, out_dir, run_key, gain, role):
+        done = Path(out_dir) / "result.json"
+        if done.exists():  # like trainers.train: idempotent on run_key
+            return TrainResult.model_validate_json(done.read_text())
         _log(self.run_dir, op="train", key=run_key, phase="start")
         maybe_kill(f"{role}:{card.id}:mid")
         sha = _write_model(out_dir, _q(parent_dir) + gain)
@@ -110,6 +113,7 @@ class FakePorts:
                              "dir": Path(parent_dir).name}), checkpoint=out_dir, checkpoint_sha256=sha, steps=10,
                              fraction=0.2 if role == "trial" else 1.0, wall_seconds=1.5,
                              never_promotable=role == "trial")
+        done.write_text(result.model_dump_json())
         _log(self.run_dir, op="train", key=run_key, phase="done")
         maybe_kill(f"{role}:{card.id}:done")
         return result
@@ -132,7 +136,7 @@ class FakePorts:
                            initial_sha256=initial["sql/target"].identity.model_sha256)
 
     def promote(self, run_dir, child_dir, child_sha, key):
-        maybe_kill(f"promote:{Path(child_dir).parent.name}")
+        maybe_kill("promote")
         dest = Path(run_dir) / "parents" / child_sha[:16]
         if not dest.exists():
             shutil.copytree(child_dir, dest.with_suffix(".tmp"), dirs_exist_ok=True)
@@ -235,16 +239,20 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5):
 
     run_dir.mkdir(parents=True, exist_ok=True)
     bank = library_bank(run_dir / "bank.sqlite")
-    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records()}
     base = run_dir / "base"
     base_sha = _write_model(str(base), 40.0)
-    manifest = {"budget_device_hours": budget_h, "trial_fraction": 0.2, "fallback_lease": 1,
-                "cost": {"mode": "nominal", "devices": 1, "eval_device_hours": 0.25},
-                "stop": {"max_consecutive_rejections": max_rejections, "max_candidates": None},
-                "initial": {"dir": str(base), "sha256": base_sha}}
+    frozen = run_dir / "manifest.json"  # a resumed episode reads the manifest it froze, never the bank's head
+    if not frozen.exists():
+        frozen.write_text(json.dumps({
+            "budget_device_hours": budget_h, "trial_fraction": 0.2, "fallback_lease": 1,
+            "cost": {"mode": "nominal", "devices": 1, "eval_device_hours": 0.25},
+            "stop": {"max_consecutive_rejections": max_rejections, "max_candidates": None},
+            "initial": {"dir": str(base), "sha256": base_sha}, "library_version": bank.current_library_version()}))
+    manifest = json.loads(frozen.read_text())
+    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest["library_version"])}
     manifest_hash = content_hash(manifest)
     episode_id = "E-fake"
-    bank.start_episode(episode_id, manifest_hash, bank.current_library_version())
+    bank.start_episode(episode_id, manifest_hash, manifest["library_version"])
     ctx = Ctx(run_dir=run_dir, episode_id=episode_id, manifest=manifest, entries=entries, ports=FakePorts(run_dir),
               bank=KillingBank(bank), ledger=FakeLedger(run_dir / "ledger.jsonl"), audit=FakeAudit(run_dir))
     initial = {"episode_id": episode_id, "manifest_hash": manifest_hash, "cursor": 0, "seq": 0, "stage": 0,

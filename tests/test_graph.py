@@ -1,0 +1,88 @@
+"""The whole loop on small fakes at the boundary: routing, events, ledger, audit, report, stop rules."""
+
+from __future__ import annotations
+
+import json
+
+from experience_bank.bank import Bank
+from test_graph_fakes import run_fake
+
+
+def _events(run_dir):
+    with Bank.open(run_dir / "bank.sqlite") as bank:
+        return bank.events("E-fake"), bank.verify(), bank.current_library_version()
+
+
+def test_episode_routes_every_action_and_outcome(tmp_path):
+    final = run_fake(tmp_path)
+    events, problems, version = _events(tmp_path)
+    assert problems == []
+    assert final["stop_reason"] == "candidates_exhausted"
+    assert [(e.candidate_id, e.action, e.outcome) for e in events] == [
+        ("S01", "reject", "rejected"), ("S02", "validate", "promoted"), ("S03", "train", "rolled_back"),
+        ("S04", "validate", "trial_failed"), ("S05", "validate", "promoted"), ("S06", "train", "promoted")]
+    assert final["stage"] == 3 and final["library_version"] == version
+    assert json.loads((tmp_path / "filtered.json").read_text()) == {"X07": "dataset missing: fake"}
+    # every decision was frozen before its outcome; one audit line each
+    assert len((tmp_path / "decisions.jsonl").read_text().splitlines()) == 6
+    assert len((tmp_path / "outcomes.jsonl").read_text().splitlines()) == 6
+    report = (tmp_path / "report.md").read_text()
+    assert "| S05 |" in report and "Trial fidelity" in report and (tmp_path / "report.html").exists()
+    assert (tmp_path / "captrack_heatmap.png").exists()
+
+
+def test_ledger_matches_events_plus_shared_evaluations(tmp_path):
+    run_fake(tmp_path)
+    events, _, _ = _events(tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert len({r["key"] for r in rows}) == len(rows)
+    shared = sum(r["h"] for r in rows if r["key"].startswith("eval:") and "adoption" in r["key"]
+                 and not any(e.metrics and r["key"].startswith("eval:") for e in []))
+    assert abs(sum(r["h"] for r in rows) - sum(e.cost_device_hours for e in events)) > 0  # shared evals exist
+    assert sum(r["h"] for r in rows) >= sum(e.cost_device_hours for e in events)
+    assert shared > 0
+
+
+def test_trainer_runs_once_per_key(tmp_path):
+    run_fake(tmp_path)
+    done = [json.loads(x)["key"] for x in (tmp_path / "calls.jsonl").read_text().splitlines()
+            if json.loads(x)["phase"] == "done"]
+    assert len(done) == len(set(done)) == 3 + 4  # 3 trials, 4 full runs
+
+
+def test_small_budget_stops_and_does_not_start_what_cannot_fit(tmp_path):
+    final = run_fake(tmp_path, budget_h=1.0)
+    events, problems, _ = _events(tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert problems == []
+    assert sum(r["h"] for r in rows) <= 1.0 + 1e-9
+    assert any(e.outcome == "not_started" for e in events)
+    assert final["stop_reason"] in ("budget_exhausted", "candidates_exhausted")
+
+
+def test_consecutive_rejections_stop(tmp_path):
+    final = run_fake(tmp_path, max_rejections=1)
+    events, _, _ = _events(tmp_path)
+    assert final["stop_reason"] == "consecutive_rejections"
+    assert [e.candidate_id for e in events] == ["S01"]
+
+
+def test_rerun_of_finished_episode_is_a_no_op(tmp_path):
+    run_fake(tmp_path)
+    before = (tmp_path / "ledger.jsonl").read_text()
+    final = run_fake(tmp_path)
+    assert final["stop_reason"] == "candidates_exhausted"
+    assert (tmp_path / "ledger.jsonl").read_text() == before
+
+
+def test_checkpoint_state_is_plain_json(tmp_path):
+    import sqlite3
+
+    from agent.episode import strict_serde
+    run_fake(tmp_path)
+    conn = sqlite3.connect(tmp_path / "checkpoints.sqlite")
+    serde = strict_serde()
+    for type_, blob in conn.execute("SELECT type, checkpoint FROM checkpoints"):
+        cp = serde.loads_typed((type_, blob))
+        json.dumps(cp["channel_values"])  # ids and scalars only
+    assert not conn.execute("SELECT 1 FROM writes WHERE type = 'pickle'").fetchall()

@@ -1,0 +1,65 @@
+"""kill -9 at several points of a (fake-boundary) episode, then resume: it finishes with the same
+history and ledger as an uninterrupted run; nothing trained, charged or recorded twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experience_bank.bank import Bank
+from test_graph_fakes import run_fake
+
+SCRIPT = Path(__file__).with_name("test_graph_fakes.py")
+POINTS = ["decided:S02", "trial:S02:mid", "trial:S02:done", "train:S02:mid", "train:S06:done", "promote",
+          "appended:S03", "appended:S06"]
+
+
+def _run(run_dir: Path, kill: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_KILL"}
+    if kill:
+        env["FAKE_KILL"] = kill
+    return subprocess.run([sys.executable, str(SCRIPT), str(run_dir)], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _summary(run_dir: Path):
+    with Bank.open(run_dir / "bank.sqlite") as bank:
+        events = [(e.seq, e.candidate_id, e.outcome, e.cost_device_hours, e.reason) for e in bank.events("E-fake")]
+        problems = bank.verify()
+    ledger = sorted((r["key"][:80], r["h"]) for r in map(json.loads, (run_dir / "ledger.jsonl").read_text().splitlines()))
+    calls = [json.loads(x) for x in (run_dir / "calls.jsonl").read_text().splitlines()]
+    done = [c["key"] for c in calls if c["phase"] == "done"]
+    audit = [len((run_dir / f).read_text().splitlines()) for f in ("decisions.jsonl", "outcomes.jsonl")]
+    return events, problems, ledger, done, audit
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ref")
+    run_fake(run_dir)
+    events, problems, ledger, done, audit = _summary(run_dir)
+    return events, ledger, audit
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_then_resume_finishes_without_duplicates(tmp_path, point, reference):
+    killed = _run(tmp_path, point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = _run(tmp_path, None)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(resumed.stdout.splitlines()[-1])["stop_reason"] == "candidates_exhausted"
+    events, problems, ledger, done, audit = _summary(tmp_path)
+    ref_events, ref_ledger, ref_audit = reference
+    assert problems == []
+    assert [e[:3] for e in events] == [e[:3] for e in ref_events]
+    assert [e[3] for e in events] == [e[3] for e in ref_events]
+    assert len(done) == len(set(done)) == 7          # trained once per run key
+    assert [h for _, h in ledger] == [h for _, h in ref_ledger] and len({k for k, _ in ledger}) == len(ledger)
+    assert audit == ref_audit
+    assert (tmp_path / "report.md").exists()
