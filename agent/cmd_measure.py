@@ -1,5 +1,71 @@
-"""CLI commands (see agent/cli.py). Filled in by the part of the project that owns them."""
+"""`agent compare` and `agent retrospective`: measuring the decision layer on the embedded world."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+
+DEFAULT_POLICIES = "bcit,flat_additive,validate_all,reuse_all,additive_veto"
 
 
 def register(sub) -> None:
     """Add this module's subcommands to the `agent` parser."""
+    p = sub.add_parser("compare", help="paired episodes per (policy, seed) and their paired statistics",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  agent compare --policies bcit,flat_additive --seeds 2 "
+                              "--episode-budget 4gpuh --config runs/test.yaml --out runs/compare-test --jobs 2")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
+    p.add_argument("--seeds", type=int, default=6, help="seeds 0..N-1 (default 6)")
+    p.add_argument("--episode-budget", default=None, help="budget of every episode (default: the config's)")
+    p.add_argument("--config", default=None, help="run config YAML shared by every episode")
+    p.add_argument("--out", default="runs/compare", help="output directory (default runs/compare)")
+    p.add_argument("--jobs", type=int, default=1, help="episodes run at once (default 1)")
+    p.set_defaults(func=cmd_compare)
+
+    r = sub.add_parser("retrospective", help="the world's Retrospective-24 / ShortFull-24 with real runs",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  agent retrospective --execute --size test --cells 2 --out runs/retro-test")
+    r.add_argument("--execute", action="store_true", help="run the training cells (required: this trains models)")
+    r.add_argument("--size", choices=("test", "default"), default="default", help="world size")
+    r.add_argument("--out", default="runs/retrospective", help="output directory (an audit ledger)")
+    r.add_argument("--cells", type=int, default=None, help="only the first N catalogue candidates")
+    r.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    r.set_defaults(func=cmd_retrospective)
+
+
+def cmd_compare(args) -> int:
+    from agent.compare import compare  # noqa: PLC0415
+    from policies import POLICIES  # noqa: PLC0415
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or len(policies) < 2:
+        raise BadInput(f"--policies needs at least two of {', '.join(POLICIES)}; unknown: {unknown or 'none'}")
+    if not 1 <= args.seeds <= 20 or args.jobs < 1:
+        raise BadInput("--seeds must be 1..20 (the sign-flip test enumerates 2^n) and --jobs at least 1")
+    if args.config and not Path(args.config).is_file():
+        raise BadInput(f"config file {args.config} not found: pass an existing --config path")
+    if args.episode_budget:
+        from trainers.ledger import parse_budget  # noqa: PLC0415
+        parse_budget(args.episode_budget)  # BadInput before any episode starts
+    summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
+                      config=args.config, n_jobs=args.jobs)
+    print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
+    for name, s in summary["policies"].items():
+        print(f"  {name:16s} n={s['n']} endpoint={s['endpoint_mean']}")
+    if summary["failed"]:
+        print(f"  {len(summary['failed'])} episode(s) failed: see compare.md")
+        return 1
+    return 0
+
+
+def cmd_retrospective(args) -> int:
+    if not args.execute:
+        raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
+    from agent.retrospective import retrospective  # noqa: PLC0415
+
+    result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed)
+    print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
+    return 0 if result["cells_failed"] == 0 else 1

@@ -1,0 +1,5 @@
+"""`python -m agent ...` is the `agent` console script (used by `agent compare` to start episodes)."""
+
+from agent.cli import entry
+
+entry()

@@ -1,0 +1,391 @@
+"""`agent compare`: paired episodes, one per (policy, seed), and their paired statistics.
+
+Pairing: every policy runs the same seeds, each episode with its own bank file built from
+the world's seed bank (so every episode starts from the same frozen library version and no
+episode's consolidation leaks into another's), the same config and the same budget; only
+`--policy` differs. The pairing is checked after the fact from each episode's frozen
+manifest (`pairing` in compare.json) rather than assumed.
+
+Three layers, so the statistics are testable without running a model:
+- `read_episode(run_dir)` reads what an episode recorded (manifest.json, outcomes.jsonl,
+  steps/*/verdict.json, evals/<sha16>-adoption/results.json) into a plain `EpisodeResult`;
+- `summarise(episodes)` is pure aggregation (per policy, per pair of policies);
+- `run_jobs(...)` runs the episodes as subprocesses, in parallel, each resumable and isolated
+  (its own run directory, bank file and log; a failed job is recorded and reported, never
+  retried silently, and it cannot touch another job's files).
+
+What "endpoint" means here: the final parent's scores on the *adoption* split, the split
+the gate read (the loop evaluates no other split of promoted models). Out of scope: a
+held-out test-split evaluation of the final parent (not recorded by `agent run`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from policies.stats import paired_t_interval, sign_flip_test
+
+TARGET_METRICS = {"finance": "finance/target.f1", "sql": "sql/target.exec_acc",
+                  "function": "function/target.full_match"}
+"""Primary metric of each target task (evaluators/scoring/suites.py)."""
+IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
+PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "initial.sha256")
+"""Manifest values that must agree across the policies of one seed."""
+
+
+# --- reading one episode -------------------------------------------------------------------
+
+
+def _adoption_metrics(run_dir: Path, sha: str) -> dict[str, float]:
+    """Flat `suite.metric` values of one model's adoption evaluation ({} when not recorded)."""
+    path = run_dir / "evals" / f"{sha[:16]}-adoption" / "results.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {f"{s}.{k}": v for s, r in data.items() for k, v in r["metrics"].items() if v is not None}
+
+
+def _lines(path: Path) -> list[dict]:
+    """Events of outcomes.jsonl: one Event per line, bare or in the audit writer's {"key", "body"} envelope."""
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
+    return [json.loads(r["body"]) if set(r) == {"key", "body"} else r for r in rows]
+
+
+def _manifest_value(manifest: dict, dotted: str) -> Any:
+    value: Any = manifest
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _targets(metrics: dict[str, float]) -> dict[str, float]:
+    return {fam: metrics[key] for fam, key in TARGET_METRICS.items() if key in metrics}
+
+
+def _authorized(event: dict) -> bool:
+    """A full run was authorized: direct Train, or a trial that let the candidate go on."""
+    if event["action"] == "train":
+        return True
+    ran_trial = any(k.startswith("trial.") for k in event["metrics"])
+    return event["action"] == "validate" and (event["outcome"] in ("promoted", "rolled_back") or (
+        event["outcome"] == "not_started" and ran_trial and "full run" in event["reason"]))
+
+
+def read_episode(run_dir: Path) -> dict[str, Any]:
+    """The recorded results of one finished episode as a plain EpisodeResult dict."""
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    events = sorted(_lines(run_dir / "outcomes.jsonl"), key=lambda e: e["seq"])
+    initial_sha = manifest["initial"]["sha256"]
+    parent = _adoption_metrics(run_dir, initial_sha)
+    initial = dict(parent)
+    hours, trajectory = 0.0, [[0.0, _targets(parent)]]
+    for e in events:
+        hours += e["cost_device_hours"]
+        if e["outcome"] == "promoted":
+            verdict = json.loads((run_dir / "steps" / e["decision"]["decision_hash"][:16] / "verdict.json").read_text())
+            parent = _adoption_metrics(run_dir, verdict["child_sha256"])
+        trajectory.append([round(hours, 9), _targets(parent)])
+    return {
+        "run_dir": str(run_dir), "budget_h": float(manifest["budget_device_hours"]),
+        "families": sorted(_targets(initial)),
+        "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
+        "endpoint": _targets(parent), "initial": _targets(initial),
+        "ifeval": {k: parent.get(k) for k in IFEVAL_METRICS},
+        "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
+        "promotions": sum(e["outcome"] == "promoted" for e in events),
+        "authorizations": sum(_authorized(e) for e in events),
+        "decisions": len(events),
+        "wasted_h": round(sum(e["cost_device_hours"] for e in events if e["outcome"] != "promoted"), 9),
+        "spent_h": round(hours, 9), "trajectory": trajectory,
+    }
+
+
+# --- pure aggregation ------------------------------------------------------------------------
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _sd(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def endpoint_mean(ep: dict) -> float | None:
+    """Mean over the target capabilities of the final parent (None if any is missing)."""
+    vals = [ep["endpoint"].get(f) for f in ep["families"]]
+    return None if not vals or None in vals else sum(vals) / len(vals)
+
+
+def trajectory_auc(ep: dict) -> float | None:
+    """Time-average of the endpoint mean over the budget: the area under the step function
+    score(device-hours spent), held after the last event up to the budget, divided by the span."""
+    span = max(ep["budget_h"], ep["trajectory"][-1][0])
+    points = [(h, sum(t.get(f, math.nan) for f in ep["families"]) / len(ep["families"])) for h, t in ep["trajectory"]]
+    if span <= 0 or any(math.isnan(v) for _, v in points):
+        return None
+    area = sum(v * (nxt - h) for (h, v), (nxt, _) in zip(points, points[1:] + [(span, 0.0)]))
+    return area / span
+
+
+def _policy_summary(eps: list[dict], families: list[str]) -> dict[str, Any]:
+    def col(fn) -> list[float]:
+        return [v for v in (fn(e) for e in eps) if v is not None]
+
+    endpoints = col(endpoint_mean)
+    return {
+        "n": len(eps), "seeds": [e["seed"] for e in eps],
+        "endpoint_mean": _mean(endpoints), "endpoint_sd": _sd(endpoints),
+        "per_capability": {f: _mean(col(lambda e, f=f: e["endpoint"].get(f))) for f in families},
+        "ifeval": {k: _mean(col(lambda e, k=k: e["ifeval"].get(k))) for k in IFEVAL_METRICS},
+        "ifeval_drop_vs_initial": {k: _mean(col(lambda e, k=k: None if None in (e["ifeval"].get(k), e["ifeval_initial"].get(k))
+                                                 else e["ifeval"][k] - e["ifeval_initial"][k])) for k in IFEVAL_METRICS},
+        "promotions": sum(e["promotions"] for e in eps), "authorizations": sum(e["authorizations"] for e in eps),
+        "promotion_rate": (sum(e["promotions"] for e in eps) / sum(e["authorizations"] for e in eps)
+                           if sum(e["authorizations"] for e in eps) else None),
+        "trajectory_auc": _mean(col(trajectory_auc)), "wasted_h": _mean(col(lambda e: e["wasted_h"])),
+        "spent_h": _mean(col(lambda e: e["spent_h"])),
+    }
+
+
+def _pair(a: str, b: str, by_seed: dict[str, dict[int, dict]], metric) -> dict[str, Any]:
+    seeds = sorted(s for s in set(by_seed[a]) & set(by_seed[b])
+                   if metric(by_seed[a][s]) is not None and metric(by_seed[b][s]) is not None)
+    xa, xb = [metric(by_seed[a][s]) for s in seeds], [metric(by_seed[b][s]) for s in seeds]
+    out: dict[str, Any] = {"seeds": seeds, "diffs": [x - y for x, y in zip(xa, xb)], "mean_diff": None,
+                           "ci95": None, "sign_flip_p": None}
+    if seeds:
+        out["mean_diff"] = sum(out["diffs"]) / len(seeds)
+        out["sign_flip_p"] = sign_flip_test(out["diffs"])
+    if len(seeds) >= 2 and len(set(out["diffs"])) > 1:
+        _, lo, hi = paired_t_interval(xa, xb)
+        out["ci95"] = [lo, hi]
+    elif len(seeds) >= 2:
+        out["ci95"] = [out["mean_diff"], out["mean_diff"]]  # identical differences: a zero-width interval
+    return out
+
+
+def summarise(episodes: list[dict]) -> dict[str, Any]:
+    """Per policy and per pair of policies, over finished episodes (failed ones are listed apart)."""
+    ok = [e for e in episodes if e["status"] == "done"]
+    failed = [{k: e[k] for k in ("policy", "seed", "status", "error") if k in e} for e in episodes if e["status"] != "done"]
+    policies = list(dict.fromkeys(e["policy"] for e in episodes))
+    families = sorted({f for e in ok for f in e["families"]})
+    by_seed = {p: {e["seed"]: e for e in ok if e["policy"] == p} for p in policies}
+    pairs = {f"{a}_vs_{b}": {"endpoint": _pair(a, b, by_seed, endpoint_mean),
+                             "trajectory_auc": _pair(a, b, by_seed, trajectory_auc),
+                             "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
+             for a, b in itertools.combinations(policies, 2)}
+    return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
+            "pairs": pairs, "families": families, "failed": failed, "pairing": pairing_check(ok)}
+
+
+def pairing_check(episodes: list[dict]) -> dict[str, Any]:
+    """Per seed, the manifest values that differ across policies (empty = properly paired)."""
+    problems: dict[str, Any] = {}
+    for seed in sorted({e["seed"] for e in episodes}):
+        group = [e for e in episodes if e["seed"] == seed]
+        for key in PAIRING_KEYS:
+            values = {json.dumps(e["pairing"].get(key), sort_keys=True) for e in group}
+            if len(values) > 1:
+                problems.setdefault(str(seed), {})[key] = {e["policy"]: e["pairing"].get(key) for e in group}
+    return {"paired": not problems, "mismatches": problems}
+
+
+# --- running the episodes ----------------------------------------------------------------------
+
+
+def job_name(policy: str, seed: int) -> str:
+    return f"{policy}-s{seed}"
+
+
+def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, config: str | None) -> list[str]:
+    """`agent run` for one (policy, seed), with its own run directory and bank file."""
+    name = job_name(policy, seed)
+    run_dir = out / "episodes" / name
+    argv = [sys.executable, "-m", "agent", "run", "--policy", policy, "--seed", str(seed), "--quiet",
+            "--bank", str(out / "banks" / f"{name}.sqlite")]
+    argv += ["--episode-budget", budget] if budget else []
+    argv += ["--config", config] if config else []
+    # An unfinished directory is resumed; a fresh one is created by `agent run --out`.
+    argv += ["--resume", str(run_dir)] if run_dir.exists() else ["--out", str(run_dir)]
+    return argv
+
+
+def finished(run_dir: Path) -> bool:
+    """The report is the loop's last node: its file marks a finished episode."""
+    return (run_dir / "report.md").exists()
+
+
+def _tail(path: Path, n: int = 2000) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")[-n:] if path.exists() else ""
+
+
+def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any]:
+    """Run (or resume, or skip) one episode; its status is written to DIR/jobs/<name>.json."""
+    name = job_name(policy, seed)
+    run_dir, log = out / "episodes" / name, out / "logs" / f"{name}.log"
+    status: dict[str, Any] = {"policy": policy, "seed": seed, "run_dir": str(run_dir), "argv": argv}
+    if finished(run_dir):
+        return status | {"status": "done", "skipped": True}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(argv)}\n")
+        f.flush()
+        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+    status |= {"rc": rc, "wall_s": round(time.monotonic() - start, 3), "skipped": False}
+    if rc == 0 and finished(run_dir):
+        status["status"] = "done"
+    else:
+        status |= {"status": "failed", "error": f"exit {rc}; log {log}: {_tail(log, 400)}"}
+    (out / "jobs").mkdir(parents=True, exist_ok=True)
+    (out / "jobs" / f"{name}.json").write_text(json.dumps(status, indent=1), encoding="utf-8")
+    return status
+
+
+def run_jobs(out: Path, policies: list[str], seeds: list[int], n_jobs: int,
+             argv_for: Callable[[Path, str, int], list[str]]) -> list[dict[str, Any]]:
+    """Every (policy, seed) episode, up to n_jobs at once; a job that raises is recorded as failed."""
+    grid = [(p, s) for s in seeds for p in policies]
+    with ThreadPoolExecutor(max_workers=n_jobs) as pool:  # threads only wait on subprocesses
+        futures = {pool.submit(run_one, out, p, s, argv_for(out, p, s)): (p, s) for p, s in grid}
+        results = {}
+        for fut in futures:
+            p, s = futures[fut]
+            try:
+                results[(p, s)] = fut.result()
+            except Exception as exc:  # noqa: BLE001 (one job's crash must not end the others)
+                results[(p, s)] = {"policy": p, "seed": s, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    return [results[g] for g in grid]
+
+
+def collect(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """EpisodeResults of the finished jobs; an unreadable episode is reported, not skipped."""
+    episodes = []
+    for st in statuses:
+        base = {"policy": st["policy"], "seed": st["seed"], "status": st["status"]}
+        if st["status"] != "done":
+            episodes.append(base | {"error": st.get("error", "")})
+            continue
+        try:
+            episodes.append(base | read_episode(Path(st["run_dir"])))
+        except (OSError, KeyError, ValueError) as exc:
+            episodes.append(base | {"status": "unreadable", "error": f"{type(exc).__name__}: {exc}"})
+    return episodes
+
+
+# --- writing compare.md, compare.json and the figures ---------------------------------------
+
+
+def _f(v: Any, nd: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_f(x, nd) for x in v) + "]"
+    return str(v)
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(_f(c) for c in cells) + " |"
+
+
+def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    fams, ifk = summary["families"], list(IFEVAL_METRICS)
+    lines = ["# Paired policy comparison", "",
+             f"Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
+             f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the adoption split, mean over "
+             f"the target capabilities {fams}.", "",
+             f"Pairing (manifest values equal across policies per seed: {', '.join(PAIRING_KEYS)}): "
+             f"**{'ok' if summary['pairing']['paired'] else 'MISMATCH'}**", "", "## Per policy", "",
+             _row(["policy", "n", "endpoint", "sd"] + fams + ifk + ["promoted/authorized", "AUC", "wasted h", "spent h"]),
+             "|" + "---|" * (8 + len(fams) + len(ifk))]
+    for p, s in summary["policies"].items():
+        lines.append(_row([p, s["n"], s["endpoint_mean"], s["endpoint_sd"]] + [s["per_capability"][f] for f in fams]
+                          + [s["ifeval"][k] for k in ifk] + [f"{s['promotions']}/{s['authorizations']}",
+                                                             s["trajectory_auc"], s["wasted_h"], s["spent_h"]]))
+    lines += ["", "IFEval change vs the initial parent (pp, mean over seeds): "
+              + "; ".join(f"{p} " + "/".join(_f(s["ifeval_drop_vs_initial"][k]) for k in ifk)
+                          for p, s in summary["policies"].items()), "",
+              "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n)", "",
+              _row(["pair", "n", "endpoint diff", "95% CI", "p", "AUC diff", "AUC p", "wasted h diff"]), "|" + "---|" * 8]
+    for name, pr in summary["pairs"].items():
+        e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
+        lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4), a["mean_diff"],
+                           _f(a["sign_flip_p"], 4), w["mean_diff"]]))
+    if summary["failed"]:
+        lines += ["", "## Failed episodes (excluded from the statistics)", ""]
+        lines += [f"- {f['policy']} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
+    lines += ["", "![endpoint per policy](endpoint.png)", "", "![trajectories](trajectories.png)", ""]
+    return "\n".join(lines)
+
+
+def figures(out: Path, summary: dict[str, Any], episodes: list[dict]) -> None:
+    import matplotlib  # noqa: PLC0415 (slow import, only when writing)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    policies = list(summary["policies"])
+    ok = [e for e in episodes if e["status"] == "done"]
+    fig, ax = plt.subplots(figsize=(1.6 * len(policies) + 2, 4))
+    for seed in sorted({e["seed"] for e in ok}):  # one grey line per seed joins its paired episodes
+        pts = [(i, endpoint_mean(e)) for i, p in enumerate(policies) for e in ok
+               if e["policy"] == p and e["seed"] == seed and endpoint_mean(e) is not None]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color="grey", alpha=0.5, lw=1)
+    ax.scatter(range(len(policies)), [summary["policies"][p]["endpoint_mean"] or math.nan for p in policies],
+               marker="_", s=600, color="black", zorder=3, label="mean")
+    ax.set_xticks(range(len(policies)), policies, rotation=20)
+    ax.set_ylabel("endpoint: mean target score (pp)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "endpoint.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    colours = dict(zip(policies, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
+    for e in ok:
+        xs, ys = [h for h, _ in e["trajectory"]], [sum(t.get(f, math.nan) for f in e["families"]) / len(e["families"])
+                                                    for _, t in e["trajectory"]]
+        ax.step(xs + [max(e["budget_h"], xs[-1])], ys + ys[-1:], where="post", color=colours[e["policy"]], alpha=0.7,
+                label=e["policy"] if e["seed"] == min(x["seed"] for x in ok if x["policy"] == e["policy"]) else None)
+    ax.set_xlabel("device-hours spent")
+    ax.set_ylabel("current parent: mean target score (pp)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "trajectories.png", dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(out: Path, summary: dict[str, Any], episodes: list[dict], meta: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps({"meta": meta, "summary": summary, "episodes": episodes},
+                                                 indent=1, sort_keys=True), encoding="utf-8")
+    (out / "compare.md").write_text(markdown(summary, meta), encoding="utf-8")
+    figures(out, summary, episodes)
+
+
+def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
+            n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None) -> dict[str, Any]:
+    """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures."""
+    start = time.monotonic()
+    argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config))
+    statuses = run_jobs(out, policies, seeds, n_jobs, argv_for)
+    episodes = collect(statuses)
+    summary = summarise(episodes)
+    meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
+            "wall_s": time.monotonic() - start}
+    write_outputs(out, summary, episodes, meta)
+    return summary

@@ -1,0 +1,149 @@
+"""agent compare: pure aggregation on hand-checkable episodes; the runner on a fake `agent run`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent import compare as C
+
+
+def _ep(policy, seed, sql, fin=None, traj=None, **kw):
+    endpoint = {"sql": sql} | ({"finance": fin} if fin is not None else {})
+    fams = sorted(endpoint)
+    return {"policy": policy, "seed": seed, "status": "done", "families": fams, "budget_h": 10.0,
+            "endpoint": endpoint, "initial": {f: 40.0 for f in fams},
+            "ifeval": {"ifeval.prompt_strict": 70.0, "ifeval.inst_strict": 80.0},
+            "ifeval_initial": {"ifeval.prompt_strict": 71.0, "ifeval.inst_strict": 80.0},
+            "promotions": kw.get("promotions", 1), "authorizations": kw.get("authorizations", 2),
+            "decisions": 3, "wasted_h": kw.get("wasted_h", 1.0), "spent_h": 5.0,
+            "trajectory": traj or [[0.0, {f: 40.0 for f in fams}], [5.0, endpoint]],
+            "pairing": {"library_version": 1, "candidates_sha256": "c", "budget_device_hours": 10.0,
+                        "initial.sha256": "x"}}
+
+
+def test_trajectory_auc_is_the_time_average_over_the_budget():
+    ep = _ep("a", 0, 50.0, traj=[[0.0, {"sql": 40.0}], [4.0, {"sql": 40.0}], [6.0, {"sql": 50.0}]])
+    assert C.trajectory_auc(ep) == pytest.approx((40 * 6 + 50 * 4) / 10)
+
+
+def test_endpoint_mean_over_target_capabilities():
+    assert C.endpoint_mean(_ep("a", 0, 50.0, fin=30.0)) == 40.0
+
+
+def test_summarise_hand_checked():
+    eps = [_ep("a", s, v) for s, v in enumerate([42.0, 44.0, 46.0])]
+    eps += [_ep("b", s, v, wasted_h=w) for s, (v, w) in enumerate([(40.0, 2.0), (41.0, 3.0), (42.0, 4.0)])]
+    eps.append({"policy": "b", "seed": 3, "status": "failed", "error": "exit 1"})
+    s = C.summarise(eps)
+    a = s["policies"]["a"]
+    assert a["n"] == 3 and a["endpoint_mean"] == pytest.approx(44.0) and a["endpoint_sd"] == pytest.approx(2.0)
+    assert a["promotions"] == 3 and a["authorizations"] == 6 and a["promotion_rate"] == 0.5
+    assert a["ifeval_drop_vs_initial"]["ifeval.prompt_strict"] == pytest.approx(-1.0)
+    pair = s["pairs"]["a_vs_b"]["endpoint"]
+    assert pair["diffs"] == [2.0, 3.0, 4.0] and pair["mean_diff"] == pytest.approx(3.0)
+    # all three differences positive: 2 of 2^3 sign assignments are as extreme -> p = 0.25
+    assert pair["sign_flip_p"] == pytest.approx(0.25)
+    # sd of the differences 1, t(0.975, 2) = 4.302653
+    assert pair["ci95"] == pytest.approx([3 - 4.302653 / 3 ** 0.5, 3 + 4.302653 / 3 ** 0.5], abs=1e-5)
+    assert s["pairs"]["a_vs_b"]["wasted_h"]["mean_diff"] == pytest.approx(-2.0)
+    assert s["failed"] == [{"policy": "b", "seed": 3, "status": "failed", "error": "exit 1"}]
+    assert s["pairing"]["paired"]
+
+
+def test_pairing_check_names_the_mismatch():
+    eps = [_ep("a", 0, 40.0), _ep("b", 0, 40.0)]
+    eps[1]["pairing"]["library_version"] = 2
+    check = C.pairing_check(eps)
+    assert not check["paired"] and check["mismatches"]["0"]["library_version"] == {"a": 1, "b": 2}
+
+
+def test_identical_differences_give_a_zero_width_interval():
+    eps = [_ep("a", s, 41.0) for s in range(2)] + [_ep("b", s, 40.0) for s in range(2)]
+    pair = C.summarise(eps)["pairs"]["a_vs_b"]["endpoint"]
+    assert pair["ci95"] == [1.0, 1.0] and pair["sign_flip_p"] == pytest.approx(0.5)
+
+
+# --- a fake `agent run` that writes an episode directory in the loop's format ----------------
+
+FAKE_RUN = r'''
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+policy, seed = args[args.index("--policy") + 1], int(args[args.index("--seed") + 1])
+run_dir = Path(args[args.index("--out") + 1] if "--out" in args else args[args.index("--resume") + 1])
+if policy == "broken":
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sys.exit("broken policy: simulated crash")
+gain = {"good": 4.0, "meh": 1.0}[policy] + seed
+def suite(v):
+    return {"sql/target": {"metrics": {"exec_acc": v}}, "ifeval": {"metrics": {"prompt_strict": 70.0, "inst_strict": 80.0}}}
+for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
+    d = run_dir / "evals" / f"{sha[:16]}-adoption"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "results.json").write_text(json.dumps(suite(v)))
+(run_dir / "steps" / ("d" * 16)).mkdir(parents=True)
+(run_dir / "steps" / ("d" * 16) / "verdict.json").write_text(json.dumps({"child_sha256": "b" * 64}))
+(run_dir / "manifest.json").write_text(json.dumps({"budget_device_hours": 10.0, "initial": {"sha256": "a" * 64},
+                                                   "library_version": 1}))
+ev = lambda seq, action, outcome, cost, dh: {"seq": seq, "action": action, "outcome": outcome, "cost_device_hours": cost,
+    "metrics": {}, "reason": "", "decision": {"decision_hash": dh * 64}}
+(run_dir / "outcomes.jsonl").write_text("\n".join(json.dumps(e) for e in [
+    ev(0, "train", "rolled_back", 3.0, "c"), ev(1, "reject", "rejected", 0.0, "e"), ev(2, "train", "promoted", 2.0, "d")]))
+(run_dir / "report.md").write_text("done")
+'''
+
+
+def test_runner_isolates_a_failing_job_and_resumes(tmp_path):
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE_RUN)
+    calls = []
+
+    def argv_for(out, p, s):
+        calls.append((p, s))
+        argv = C.episode_argv(out, p, s, budget="10h", config=None)
+        return [sys.executable, str(script)] + argv[argv.index("run") + 1:]
+
+    out = tmp_path / "cmp"
+    summary = C.compare(out, ["good", "meh", "broken"], [0, 1], n_jobs=2, argv_for=argv_for)
+    assert [(f["policy"], f["seed"]) for f in summary["failed"]] == [("broken", 0), ("broken", 1)]
+    good = summary["policies"]["good"]
+    assert good["n"] == 2 and good["endpoint_mean"] == pytest.approx(44.5)
+    assert good["wasted_h"] == 3.0 and good["promotions"] == 2 and good["authorizations"] == 4
+    # AUC: 40 for the first 3 h, 40 until 5 h (rollback), then 40 + gain for the remaining 5 h
+    assert good["trajectory_auc"] == pytest.approx((40 * 5 + 44.5 * 5) / 10)
+    assert summary["pairs"]["good_vs_meh"]["endpoint"]["diffs"] == [3.0, 3.0]
+    for name in ("compare.md", "compare.json", "endpoint.png", "trajectories.png"):
+        assert (out / name).exists()
+    assert json.loads((out / "jobs" / "broken-s0.json").read_text())["status"] == "failed"
+    assert "MISMATCH" not in (out / "compare.md").read_text()
+    # a second call skips the finished episodes and resumes the unfinished (failed) ones
+    first = (out / "episodes" / "good-s0" / "report.md").stat().st_mtime_ns
+    C.compare(out, ["good", "meh", "broken"], [0, 1], n_jobs=2, argv_for=argv_for)
+    assert (out / "episodes" / "good-s0" / "report.md").stat().st_mtime_ns == first
+    resumed = C.episode_argv(out, "broken", 0, budget=None, config=None)
+    assert "--resume" in resumed and "--out" not in resumed
+
+
+def test_cli_rejects_unknown_policy(capsys):
+    from agent.cli import main
+
+    assert main(["compare", "--policies", "bcit,nope", "--seeds", "2"]) == 2
+    assert "unknown" in capsys.readouterr().err
+
+
+def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
+    """The reader agrees with what the real loop writes (nodes + report over fake ports)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_graph_fakes import PLAN, run_fake
+
+    run_fake(tmp_path)
+    ep = C.read_episode(tmp_path)
+    promoted_gain = sum(g for a, v, g in PLAN.values() if (a, v) in (("validate", "pass"), ("validate", "inconclusive"),
+                                                                    ("train", None)) and g > 0) - 1.0  # X07 is filtered
+    assert ep["families"] == ["sql"] and ep["endpoint"]["sql"] == pytest.approx(40.0 + promoted_gain)
+    assert ep["promotions"] == 3 and ep["authorizations"] == 4  # S02, S03, S05 (leased), S06
+    assert ep["wasted_h"] > 0 and ep["trajectory"][-1][1] == ep["endpoint"]
