@@ -1,0 +1,93 @@
+"""evaluate(): generate once, store raw generations, score with the pure scorer; rescore() offline.
+
+Layout under out_dir, per suite (`sql/target` -> `sql_target`):
+    <name>.<split>.items.jsonl        the items scored (so rescoring needs no generator)
+    <name>.<split>.generations.jsonl  raw generations (its sha256 is in the result)
+    <name>.<split>.identity.json      EvalIdentity
+    <name>.<split>.result.json        SuiteResult
+`seed` fixes the world's items and the generation seed alike.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import canonical_json, sha256_text
+from experience_bank.results import EvalIdentity, SuiteResult
+from evaluators import models, tasks
+from evaluators.generate import generate
+from evaluators.scoring.suites import SCORER_VERSION, data_sha256, generations_jsonl, parse_generations, score
+
+# per family: enough tokens for the longest gold answer plus slack
+MAX_NEW_TOKENS = {"finance": 48, "sql": 64, "function": 72, "ifeval": 96, "captrack": 48}
+
+
+def _stem(out_dir: Path, suite: str, split: str) -> Path:
+    return out_dir / f"{suite.replace('/', '_')}.{split}"
+
+
+def _write(stem: Path, items: list[dict], gens: list[str], identity: EvalIdentity, result: SuiteResult) -> None:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{stem}.items.jsonl").write_text("".join(canonical_json(x) + "\n" for x in items))
+    Path(f"{stem}.generations.jsonl").write_text(generations_jsonl(items, gens))
+    Path(f"{stem}.identity.json").write_text(identity.model_dump_json(indent=1))
+    Path(f"{stem}.result.json").write_text(result.model_dump_json())
+
+
+def _identity(suite, split, items, model_sha, template_sha, backend, batch_size, max_new, seed) -> EvalIdentity:
+    return EvalIdentity(suite=suite, split=split, data_sha256=data_sha256(items), scorer_version=SCORER_VERSION,
+                        model_sha256=model_sha, chat_template_sha256=template_sha, backend=backend,
+                        batch_size=batch_size, max_new_tokens=max_new, seed=seed)
+
+
+def evaluate(model_dir, suites: list[str] | tuple[str, ...], split: str, *, out_dir, backend: str = "transformers",
+             batch_size: int = 16, n: int | None = None, seed: int = 0,
+             items: dict[str, list[dict]] | None = None) -> dict[str, SuiteResult]:
+    """Scores of one model on each suite's split; `items` overrides the generated items (real data)."""
+    out_dir = Path(out_dir)
+    model, model_sha, template_sha = _model(model_dir, backend)
+    results = {}
+    for suite in suites:
+        its = (items or {}).get(suite) or tasks.items(suite, split, seed, n)
+        max_new = MAX_NEW_TOKENS[suite.split("/")[0]]
+        gens = generate(model, [x["messages"] for x in its], backend=backend, batch_size=batch_size,
+                        max_new_tokens=max_new, seed=seed)
+        ident = _identity(suite, split, its, model_sha, template_sha, backend, batch_size, max_new, seed)
+        results[suite] = score(suite, its, gens, identity=ident)
+        _write(_stem(out_dir, suite, split), its, gens, ident, results[suite])
+    return results
+
+
+def _model(model_dir, backend: str):
+    """What generate() receives, the weights hash and the chat-template hash."""
+    if backend == "transformers":
+        net, tok = models.load(model_dir)
+        return (net, tok), models.weights_sha256(model_dir), models.chat_template_sha256(tok)
+    if backend == "vllm":
+        from transformers import AutoTokenizer  # template hash only; vLLM loads the weights itself
+        tok = AutoTokenizer.from_pretrained(models.check_dir(model_dir), local_files_only=True)
+        return str(model_dir), models.weights_sha256(model_dir), models.chat_template_sha256(tok)
+    # a served model: its weights are not ours to hash; the name stands in
+    return str(model_dir), sha256_text(f"served:{model_dir}"), sha256_text(f"served:{model_dir}")
+
+
+def rescore(out_dir) -> dict[str, SuiteResult]:
+    """Recompute every stored suite result from its stored items and generations (no model)."""
+    out_dir = Path(out_dir)
+    idents = sorted(out_dir.glob("*.identity.json"))
+    if not idents:
+        raise BadInput(f"no *.identity.json in {out_dir}: expected the folder evaluate() wrote")
+    results = {}
+    for path in idents:
+        stem = str(path).removesuffix(".identity.json")
+        identity = EvalIdentity.model_validate_json(path.read_text())
+        its = [json.loads(line) for line in Path(f"{stem}.items.jsonl").read_text().splitlines()]
+        text = Path(f"{stem}.generations.jsonl").read_text()
+        ids, gens = parse_generations(text)
+        stored = SuiteResult.model_validate_json(Path(f"{stem}.result.json").read_text())
+        if ids != [x["id"] for x in its] or sha256_text(text) != stored.generations_sha256:
+            raise BadInput(f"{stem}.generations.jsonl does not match its stored result: the run folder was altered")
+        results[identity.suite] = score(identity.suite, its, gens, identity=identity)
+    return results
