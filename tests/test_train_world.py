@@ -49,6 +49,11 @@ def exact_reward(prompts, completions, answer, **kwargs) -> list[float]:
     return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
 
 
+def has_three_reward(prompts, completions, **kwargs) -> list[float]:
+    """TRL-form reward a tiny model can learn in a few GRPO steps: the answer contains a 3."""
+    return [float("3" in c[0]["content"]) for c in completions]
+
+
 def build_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -120,3 +125,40 @@ def test_world_parent_loads_and_reward_reads_completions(tmp_path):
     assert 0.0 <= greedy_accuracy(parent) <= 100.0
     completions = [[{"role": "assistant", "content": "5"}], [{"role": "assistant", "content": "4"}]]
     assert exact_reward(None, completions, answer=["5", "5"]) == [1.0, 0.0]
+
+
+def answer_logprob(model_dir: Path) -> float:
+    """Mean log-probability the model gives the right answer (+ end token) over the 25
+    questions, teacher-forced: a smooth, deterministic measure of the task reward."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True).eval()
+    total = 0.0
+    for a, b in _questions():
+        head = tok.apply_chat_template(prompt(a, b), tokenize=False, add_generation_prompt=True)
+        ids_head = tok(head)["input_ids"]
+        ids = torch.tensor([ids_head + tok(f"{a + b}<|im_end|>")["input_ids"]])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[0, :-1], -1)
+        target = ids[0, 1:]
+        total += float(logp[torch.arange(len(target)), target][len(ids_head) - 1:].sum())
+    return total / len(_questions())
+
+
+def sampled_reward(model_dir: Path, temperature: float, reward=exact_reward, samples: int = 16, seed: int = 0) -> float:
+    """Mean TRL-form reward of sampled answers over the 25 questions (the GRPO objective), 0-100."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), use_safetensors=True).eval()
+    qs = _questions() * samples
+    texts = [tok.apply_chat_template(prompt(a, b), tokenize=False, add_generation_prompt=True) for a, b in qs]
+    batch = tok(texts, return_tensors="pt", padding=True)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=4, do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    answers = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    scores = reward([prompt(a, b) for a, b in qs], [[{"role": "assistant", "content": x}] for x in answers],
+                    answer=[str(a + b) for a, b in qs])
+    return 100.0 * sum(scores) / len(scores)

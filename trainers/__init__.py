@@ -1,10 +1,10 @@
 """TRL training runs, bounded validation trials and the device-hour ledger.
 
-Public API (heavy imports are deferred: `import trainers` does not load torch):
+Public API (loaded on first use, so `import trainers` does not load torch):
 - `train(card, parent_dir, examples, *, out_dir, run_key, fraction=1.0, reward_funcs=None,
-  resume_from=None, seed=0, threads=None, progress=None) -> TrainResult`
+  resume_from=None, seed=0, threads=None, progress=None) -> TrainResult`   (trainers.run)
 - `trial(card, parent_dir, examples, *, out_dir, run_key, measure, thresholds, fraction=0.2,
-  reward_funcs=None, seed=0) -> TrialResult`; `TrialThresholds`; `verdict(...)`
+  reward_funcs=None, seed=0) -> TrialResult`; `TrialThresholds`; `verdict`  (trainers.trial)
 - `trainers.ledger`: `parse_budget`, `CostModel`, `Ledger`, `BudgetExceeded`
 - `trainers.data`: `sample_recipe`, `mix_replay`, `build_examples`
 - `trainers.sanity`: `is_hard_failure`, `failed_checks`
@@ -12,17 +12,16 @@ Public API (heavy imports are deferred: `import trainers` does not load torch):
 
 from __future__ import annotations
 
+import importlib
 
-def train(*args, **kwargs):
-    from trainers.run import train as _train
-
-    return _train(*args, **kwargs)
-
-
-def trial(*args, **kwargs):
-    from trainers.trial import trial as _trial
-
-    return _trial(*args, **kwargs)
+_LAZY = {"train": "trainers.run", "trial": "trainers.trial", "TrialThresholds": "trainers.trial",
+         "verdict": "trainers.trial"}
 
 
-__all__ = ["train", "trial"]
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trainers' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

@@ -84,7 +84,7 @@ def _common_args(card: CandidateCard, work: Path, schedule: int, seed: int) -> d
         data_seed=seed,
         use_cpu=not cuda,
         bf16=cuda and torch.cuda.is_bf16_supported(),  # fp32 on CPU: reproducible, and tiny models are fast anyway
-        gradient_checkpointing=False,  # ~1.5x slower for small models; memory is not the limit here
+        activation_checkpointing=False,  # ~1.5x slower for small models; memory is not the limit here
         report_to="none",
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
@@ -137,23 +137,34 @@ def _work_dir(out: Path, run_key: str) -> Path:
     return work
 
 
-def _start_state(work: Path, resume_from: str | None, schedule: int) -> Path | None:
-    """Newest own checkpoint (crash resume) first, else the trial state to continue."""
+def _start_state(work: Path, resume_from: str | None, schedule: int) -> tuple[Path | None, bool]:
+    """(state to resume, whether it is a trial being continued): the newest own checkpoint
+    (crash resume) first, else the trial state named by resume_from."""
     own = ckpt.last_trainer_checkpoint(work)
     if own is not None or resume_from is None:
-        return own
+        return own, False
     state = ckpt.resolve_state_dir(resume_from)
     prefix = json.loads((state / "trainer_state.json").read_text())
     if prefix["max_steps"] != schedule:
         raise BadInput(f"{resume_from} ran a {prefix['max_steps']}-step schedule, not this run's {schedule}: "
                        "only a nu = continue trial can be continued; restart from the parent")
-    return state
+    return state, True
 
 
-def _final_log(history: list[dict], method: str, resumed_step: int) -> tuple[dict[str, float], int]:
-    """The run's last logged metrics (first loss/reward kept too) and tokens of this run."""
+def _trial_prefix(resume_from: str | None) -> int:
+    """Steps the continued trial ran (charged by the trial, not by this run)."""
+    if resume_from is None:
+        return 0
+    state = ckpt.resolve_state_dir(resume_from)
+    return int(json.loads((state / "trainer_state.json").read_text())["global_step"])
+
+
+def _final_log(history: list[dict], method: str, resumed_step: int, prefix: int) -> tuple[dict[str, float], int]:
+    """The run's last logged metrics (first loss/reward kept too) and tokens of this run.
+    `continued_from_step`: the trial prefix this run continued (the cost model charges the
+    rest); `resumed_step`: where this process started (a crash resume counts as this run)."""
     steps = [h for h in history if "step" in h and any(k in h for k in _LOG_KEYS)]
-    log: dict[str, float] = {"resumed_step": float(resumed_step)}
+    log: dict[str, float] = {"resumed_step": float(resumed_step), "continued_from_step": float(prefix)}
     for key in _LOG_KEYS:
         values = [float(h[key]) for h in steps if key in h]
         if values and all(math.isfinite(v) for v in values):
@@ -198,7 +209,7 @@ def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
     if threads:
         torch.set_num_threads(threads)
     work = _work_dir(out, run_key)
-    start = _start_state(work, resume_from, schedule)
+    start, _ = _start_state(work, resume_from, schedule)
     resumed_step = json.loads((start / "trainer_state.json").read_text())["global_step"] if start else 0
 
     t0 = time.perf_counter()
@@ -211,7 +222,7 @@ def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
 
     if trainer.is_world_process_zero():
         _publish(trainer, tokenizer, card, parent_dir, out, work, run_key=run_key, fraction=fraction, wall=wall,
-                 resumed_step=resumed_step, resume_from=resume_from if start and resumed_step and resume_from else None)
+                 resumed_step=resumed_step, resume_from=resume_from)
     trainer.accelerator.wait_for_everyone()
     return ckpt.read_result(out)
 
@@ -226,7 +237,7 @@ def _publish(trainer, tokenizer, card, parent_dir, out: Path, work: Path, *, run
     if trial:  # keep the optimizer/scheduler/rng state so nu = continue can resume it
         shutil.copytree(ckpt.last_trainer_checkpoint(work), stage / ckpt.STATE_DIR)
     history = trainer.state.log_history
-    log, tokens = _final_log(history, card.method, resumed_step)
+    log, tokens = _final_log(history, card.method, resumed_step, _trial_prefix(resume_from))
     result = TrainResult(
         card_id=card.id, run_key=run_key, parent_sha256=ckpt.weights_sha256(parent_dir),
         checkpoint=str(out), checkpoint_sha256=ckpt.weights_sha256(stage),

@@ -1,0 +1,143 @@
+"""Device-hour budgets, the cost model, and the append-only ledger every run is charged to.
+
+- `parse_budget("36gpuh" | "2.5h" | "90m") -> float` device-hours.
+- `CostModel`: `measured` charges wall-clock seconds x devices / 3600 (real hardware);
+  `nominal` charges device-hours declared per unit of work (a trial: its share of the card's
+  nominal steps x the card's device-hours; a full run: the rest; an evaluation: a configured
+  amount per suite), so that a paper-scale budget binds on the embedded world as it would
+  at the paper's scale. Measured seconds are recorded beside nominal charges either way.
+- `Ledger(path)`: SQLite through sqlite-utils; triggers refuse UPDATE and DELETE, and each
+  charge is keyed by (episode_id, key), so a step re-run after a crash is charged once.
+- A run that would exceed the remaining budget is not started: `Ledger.require` raises
+  `BudgetExceeded`, which the loop catches (it is not BadInput: nothing the user typed is wrong).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlite_utils
+
+from experience_bank.errors import BadInput
+from experience_bank.records import CandidateCard
+from experience_bank.results import TrainResult
+
+MAX_BUDGET_HOURS = 1_000_000.0  # beyond any real allocation: a typo, not a budget
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gpuh|h|m)\s*$", re.IGNORECASE)
+_PER_HOUR = {"gpuh": 1.0, "h": 1.0, "m": 1.0 / 60.0}
+
+
+def parse_budget(text: str) -> float:
+    """Device-hours from `36gpuh`, `2.5h` (device-hours) or `90m` (device-minutes)."""
+    match = _BUDGET.match(str(text))
+    if not match:
+        raise BadInput(f"budget {text!r} is not a positive amount with a unit: write e.g. 36gpuh, 2.5h or 90m")
+    hours = float(match.group(1)) * _PER_HOUR[match.group(2).lower()]
+    if not 0.0 < hours <= MAX_BUDGET_HOURS:
+        raise BadInput(f"budget {text!r} is {hours:g} device-hours: give more than 0 and at most {MAX_BUDGET_HOURS:g}")
+    return hours
+
+
+class BudgetExceeded(Exception):
+    """A run would exceed the episode's remaining device-hours; it was not started."""
+
+    def __init__(self, episode_id: str, key: str, needed: float, remaining: float):
+        self.episode_id, self.key, self.needed, self.remaining = episode_id, key, needed, remaining
+        super().__init__(f"{key} needs {needed:.4g} device-hours but episode {episode_id} has {remaining:.4g} left")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    kind: Literal["measured", "nominal"]
+    """measured: wall x devices; nominal: declared device-hours per unit of work."""
+    devices: int = 1
+    """Devices a run occupies (measured charges multiply by it)."""
+    eval_device_hours: float = 0.0
+    """Nominal device-hours charged per evaluated suite."""
+
+    def __post_init__(self):
+        if self.kind not in ("measured", "nominal") or self.devices < 1 or not math.isfinite(self.eval_device_hours) \
+                or self.eval_device_hours < 0:
+            raise BadInput(f"cost model {self}: kind measured|nominal, devices >= 1, eval_device_hours >= 0")
+
+    def measured(self, wall_seconds: float) -> float:
+        return wall_seconds * self.devices / 3600.0
+
+    def estimate_run(self, card: CandidateCard, fraction: float, done_fraction: float = 0.0) -> float:
+        """Device-hours a run is expected to cost before it starts (the declared budget:
+        nothing is known of the wall clock yet). A continuation pays only its remainder."""
+        return max(0.0, fraction - done_fraction) * card.budget.device_hours
+
+    def run_charge(self, card: CandidateCard, result: TrainResult) -> float:
+        """Device-hours a finished run is charged."""
+        if self.kind == "measured":
+            return self.measured(result.wall_seconds)
+        # A continuation pays for the steps after the trial prefix (the trial paid for those);
+        # a run resumed after a crash pays for all of its steps, once.
+        steps_here = result.steps - int(result.log.get("continued_from_step", 0.0))
+        return steps_here / card.budget.steps * card.budget.device_hours
+
+    def eval_charge(self, n_suites: int, wall_seconds: float) -> float:
+        if self.kind == "measured":
+            return self.measured(wall_seconds)
+        return n_suites * self.eval_device_hours
+
+
+_SCHEMA = {"episode_id": str, "key": str, "kind": str, "device_hours": float, "wall_seconds": float,
+           "devices": int, "detail": str, "created_at": float}
+
+
+class Ledger:
+    """Append-only charges of device-hours, one per (episode_id, key)."""
+
+    def __init__(self, path: str):
+        self.db = sqlite_utils.Database(memory=True) if path == ":memory:" else sqlite_utils.Database(path)
+        if "charges" not in self.db.table_names():
+            self.db["charges"].create(_SCHEMA, pk=("episode_id", "key"), not_null=set(_SCHEMA))
+            for op in ("UPDATE", "DELETE"):
+                self.db.execute(f"CREATE TRIGGER charges_no_{op.lower()} BEFORE {op} ON charges "
+                                f"BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
+
+    def charge(self, episode_id: str, key: str, *, kind: str, device_hours: float, wall_seconds: float,
+               devices: int = 1, detail: str = "") -> dict:
+        """Record a charge once; a repeat of the same (episode_id, key) returns the first."""
+        if not (math.isfinite(device_hours) and device_hours >= 0 and math.isfinite(wall_seconds) and wall_seconds >= 0):
+            raise BadInput(f"charge {key}: device_hours and wall_seconds must be finite and >= 0")
+        row = dict(episode_id=episode_id, key=key, kind=kind, device_hours=device_hours, wall_seconds=wall_seconds,
+                   devices=devices, detail=detail, created_at=time.time())
+        self.db["charges"].insert(row, ignore=True)  # INSERT OR IGNORE: the trigger never sees an update
+        return self.get(episode_id, key)
+
+    def get(self, episode_id: str, key: str) -> dict | None:
+        rows = list(self.db["charges"].rows_where("episode_id = ? and key = ?", [episode_id, key]))
+        return rows[0] if rows else None
+
+    def charges(self, episode_id: str) -> list[dict]:
+        return list(self.db["charges"].rows_where("episode_id = ?", [episode_id], order_by="rowid"))
+
+    def spent(self, episode_id: str) -> float:
+        return math.fsum(r["device_hours"] for r in self.charges(episode_id))
+
+    def remaining(self, episode_id: str, budget: float) -> float:
+        return budget - self.spent(episode_id)
+
+    def can_afford(self, episode_id: str, budget: float, device_hours: float) -> bool:
+        # A hair of tolerance so that a budget spent exactly by its parts is not refused by round-off.
+        return device_hours <= self.remaining(episode_id, budget) + 1e-9
+
+    def require(self, episode_id: str, budget: float, device_hours: float, key: str) -> None:
+        """Refuse to start `key` when it would exceed the budget (a key already charged passes:
+        it was affordable when it ran, and re-running it charges nothing)."""
+        if self.get(episode_id, key) is None and not self.can_afford(episode_id, budget, device_hours):
+            raise BudgetExceeded(episode_id, key, device_hours, self.remaining(episode_id, budget))
+
+    def charge_run(self, episode_id: str, key: str, card: CandidateCard, result: TrainResult, cost: CostModel) -> dict:
+        """Charge a finished run or trial under the cost model."""
+        kind = "trial" if result.never_promotable else "train"
+        detail = f"{card.id} steps={result.steps} fraction={result.fraction:g} cost={cost.kind}"
+        return self.charge(episode_id, key, kind=kind, device_hours=cost.run_charge(card, result),
+                           wall_seconds=result.wall_seconds, devices=cost.devices, detail=detail)

@@ -1,0 +1,91 @@
+"""Bounded validation trials (BCIT.md §5).
+
+A trial trains at most 20% of the card's nominal steps from the current parent (through the
+same `train` as a full run, so nu = continue can resume it), then the caller's `measure`
+evaluates the trial child — trainers/ cannot import evaluators/ — and `verdict` applies the
+frozen thresholds:
+
+- Fail: a guardrail fired — the target fell by at least `fail_drop_pp`, a retention metric
+  fell more than `retention_drop_pp` (no target gain compensates for it), the caller reported
+  a hard failure (format / parse / execution), or a training sanity check failed.
+- Pass: no guardrail fired and the target gained at least `min_gain_pp`.
+- Inconclusive: anything else (the frozen fallback lease decides, outside this module).
+
+The trial checkpoint is never promotable (TrainResult.never_promotable is set for any run
+with fraction < 1).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+from experience_bank.records import CandidateCard
+from experience_bank.results import TrainResult, TrialResult
+from trainers.run import train
+from trainers.sanity import failed_checks
+
+MAX_TRIAL_FRACTION = 0.20
+TRIAL_FILE = "trial.json"
+Measure = Callable[[str], tuple[float, Mapping[str, float], Sequence[str]]]
+
+
+@dataclass(frozen=True)
+class TrialThresholds:
+    min_gain_pp: float
+    """Target gain on validation (pp) a Pass needs."""
+    fail_drop_pp: float
+    """Target drop (pp, positive) at which the trial Fails."""
+    retention_drop_pp: float
+    """Largest allowed fall of any retention metric (pp, positive), e.g. 2.0 for IFEval."""
+
+    def __post_init__(self):
+        values = (self.min_gain_pp, self.fail_drop_pp, self.retention_drop_pp)
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise BadInput(f"trial thresholds {values} must be finite and >= 0 (drops are positive numbers)")
+
+
+def verdict(delta_val: float, retention_deltas: Mapping[str, float], hard_failures: Sequence[str],
+            thresholds: TrialThresholds, train_failures: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
+    """(pass | fail | inconclusive, the conditions that fired) — a pure function."""
+    fails = [f"target fell {-delta_val:.3g} pp (fail at {thresholds.fail_drop_pp:g})"
+             for _ in [0] if delta_val <= -thresholds.fail_drop_pp]
+    fails += [f"retention {name} fell {-d:.3g} pp (bound {thresholds.retention_drop_pp:g})"
+              for name, d in sorted(retention_deltas.items()) if d < -thresholds.retention_drop_pp]
+    fails += [f"hard failure: {h}" for h in hard_failures]
+    fails += [f"training sanity: {t}" for t in train_failures]
+    if fails:
+        return "fail", tuple(fails)
+    if delta_val >= thresholds.min_gain_pp:
+        return "pass", (f"target gained {delta_val:.3g} pp (need {thresholds.min_gain_pp:g}); retention within bounds",)
+    return "inconclusive", (f"target moved {delta_val:.3g} pp: below the {thresholds.min_gain_pp:g} pp gain, above the "
+                            f"{thresholds.fail_drop_pp:g} pp drop",)
+
+
+def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
+          measure: Measure, thresholds: TrialThresholds, fraction: float = MAX_TRIAL_FRACTION,
+          reward_funcs: Mapping[str, Callable] | None = None, seed: int = 0) -> TrialResult:
+    """Train the trial prefix, measure it, and return its verdict (idempotent on run_key)."""
+    if card.nu == "none":
+        raise BadInput(f"card {card.id} has nu = none: no faithful short run exists; route it to Reject or Train")
+    if not 0.0 < fraction <= MAX_TRIAL_FRACTION:
+        raise BadInput(f"trial fraction {fraction} must be in (0, {MAX_TRIAL_FRACTION}]: pass e.g. 0.2")
+    saved = Path(out_dir) / TRIAL_FILE
+    if saved.is_file():
+        done = TrialResult.model_validate_json(saved.read_text())
+        if done.train.run_key == run_key:
+            return done
+    run: TrainResult = train(card, parent_dir, examples, out_dir=out_dir, run_key=run_key, fraction=fraction,
+                             reward_funcs=reward_funcs, seed=seed)
+    delta_val, retention, hard = measure(run.checkpoint)
+    label, reasons = verdict(delta_val, retention, hard, thresholds, failed_checks(run))
+    result = TrialResult(verdict=label, delta_val=float(delta_val), retention_deltas={k: float(v) for k, v in retention.items()},
+                         reasons=reasons, train=run)
+    tmp = saved.with_name(f"{TRIAL_FILE}.tmp-{os.getpid()}")
+    tmp.write_text(result.model_dump_json(indent=2))
+    os.replace(tmp, saved)  # atomic: a crash leaves the trial unmeasured, never half-written
+    return result
