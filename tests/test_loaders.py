@@ -1,0 +1,105 @@
+"""Real-data loaders on small fixtures written by the tests, plus the shipped BFCL/IFEval data."""
+
+import json
+import sqlite3
+
+import pytest
+
+from evaluators import loaders
+from evaluators.scoring.suites import score
+from experience_bank.errors import BadInput
+
+TATQA = [{"table": {"uid": "t1", "table": [["", "2019", "2018"], ["Revenue", "1,200", "1,000"]]},
+          "paragraphs": [{"uid": "p1", "order": 1, "text": "Growth came from cloud services."}],
+          "questions": [
+              {"uid": "q1", "order": 1, "question": "What was the change in revenue?", "answer": 200,
+               "derivation": "1,200-1,000", "answer_type": "arithmetic", "answer_from": "table", "scale": "million"},
+              {"uid": "q2", "order": 2, "question": "Where did growth come from?", "answer": ["cloud services"],
+               "answer_type": "span", "answer_from": "text", "scale": ""}]}]
+
+
+def test_tatqa_loader_and_scoring(tmp_path):
+    path = tmp_path / "tatqa_dataset_dev.json"
+    path.write_text(json.dumps(TATQA))
+    items = loaders.tatqa(path)
+    assert [x["id"] for x in items] == ["tatqa:test:q1", "tatqa:test:q2"]
+    res = score("finance/target", items, ["Answer: 200\nScale: million", "Answer: services\nScale: none"])
+    assert res.metrics["em"] == 50.0 and res.metrics["f1"] == pytest.approx(100 * (1 + 2 / 3) / 2, abs=1e-3)
+
+
+def test_tatqa_loader_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="not found: expected a TAT-QA json"):
+        loaders.tatqa(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text(json.dumps([{"table": {}}]))
+    with pytest.raises(BadInput, match="missing field"):
+        loaders.tatqa(tmp_path / "bad.json")
+
+
+def _bird(tmp_path):
+    db_dir = tmp_path / "dev_databases" / "shop"
+    db_dir.mkdir(parents=True)
+    con = sqlite3.connect(db_dir / "shop.sqlite")
+    con.executescript("CREATE TABLE item(id INTEGER, name TEXT, price REAL); "
+                      "INSERT INTO item VALUES (1,'pen',1.5),(2,'cup',4.0),(3,'hat',9.0);")
+    con.commit()
+    con.close()
+    rows = [{"question_id": 7, "db_id": "shop", "question": "How many items cost more than 2?",
+             "evidence": "cost refers to price", "SQL": "SELECT COUNT(*) FROM item WHERE price > 2"}]
+    (tmp_path / "dev.json").write_text(json.dumps(rows))
+
+
+def test_bird_loader_and_execution(tmp_path):
+    _bird(tmp_path)
+    items = loaders.bird(tmp_path)
+    assert "item(id, name, price)" in items[0]["messages"][0]["content"]
+    assert "Evidence: cost refers to price" in items[0]["messages"][0]["content"]
+    res = score("sql/target", items * 2, ["SELECT count(id) FROM item WHERE price >= 4", "SELECT 3"])
+    assert res.metrics["exec_acc"] == 50.0
+
+
+def test_bird_loader_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="dev.json not found"):
+        loaders.bird(tmp_path)
+    _bird(tmp_path)
+    (tmp_path / "dev_databases" / "shop" / "shop.sqlite").unlink()
+    with pytest.raises(BadInput, match=r"dev_databases/<db_id>/<db_id>.sqlite"):
+        loaders.bird(tmp_path)
+
+
+def test_bfcl_shipped_data_gold_scores_100():
+    for category in loaders.BFCL_CATEGORIES:
+        items = loaders.bfcl(category, n=25)
+        assert len(items) == 25
+        res = score("function/target", items, [x["reference"]["completion"] for x in items])
+        assert res.metrics["ast_acc"] >= 90.0, category  # a naive gold-to-call conversion (nested options) may miss
+    with pytest.raises(BadInput, match="not AST-scored"):
+        loaders.bfcl("irrelevance")
+
+
+def test_bfcl_fixture_dir_and_missing(tmp_path):
+    (tmp_path / "possible_answer").mkdir()
+    q = {"id": "simple_python_0", "question": [[{"role": "user", "content": "Area of base 10 height 5"}]],
+         "function": [{"name": "area", "description": "d", "parameters": {"type": "dict", "properties": {
+             "base": {"type": "integer", "description": "b"}, "height": {"type": "integer", "description": "h"}},
+             "required": ["base", "height"]}}]}
+    (tmp_path / "BFCL_v4_simple_python.json").write_text(json.dumps(q) + "\n")
+    (tmp_path / "possible_answer" / "BFCL_v4_simple_python.json").write_text(
+        json.dumps({"id": "simple_python_0", "ground_truth": [{"area": {"base": [10], "height": [5]}}]}) + "\n")
+    items = loaders.bfcl("simple_python", data_dir=tmp_path)
+    assert score("function/target", items, ['[{"name": "area", "arguments": {"base": 10, "height": 5}}]']).metrics == \
+        {"ast_acc": 100.0}
+    with pytest.raises(BadInput, match="BFCL_v4_multiple.json not found"):
+        loaders.bfcl("multiple", data_dir=tmp_path)
+
+
+def test_ifeval_shipped_file_and_user_path(tmp_path):
+    items = loaders.ifeval(n=10)
+    assert len(items) == 10 and items[0]["id"] == "ifeval:test:1000"
+    row = {"key": 5, "prompt": "Say hi in lowercase.", "instruction_id_list": ["change_case:english_lowercase"],
+           "kwargs": [{"unused": None}]}
+    (tmp_path / "input_data.jsonl").write_text(json.dumps(row) + "\n")
+    mine = loaders.ifeval(tmp_path / "input_data.jsonl")
+    res = score("ifeval", mine * 2, ["hello there my friend, this is a lowercase reply in english.", "HELLO THERE"])
+    assert res.metrics["prompt_strict"] == 50.0 and res.metrics["inst_loose"] == 50.0
+    with pytest.raises(BadInput, match="input_data.jsonl not found"):
+        loaders.ifeval(tmp_path / "nope" / "input_data.jsonl")
