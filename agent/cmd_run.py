@@ -1,5 +1,41 @@
-"""CLI commands (see agent/cli.py). Filled in by the part of the project that owns them."""
+"""`agent run`: one episode of the control loop, or `--resume ID` of one that was interrupted."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES = """examples:
+  agent run --episode-budget 36gpuh
+  agent run --config runs/test.yaml --out runs/ep-test --quiet
+  agent run --proposer openai --base-url http://127.0.0.1:8000/v1 --model qwen3-4b
+  agent run --resume ep-test
+"""
 
 
 def register(sub) -> None:
-    """Add this module's subcommands to the `agent` parser."""
+    p = sub.add_parser("run", help="run one episode (propose, authorize, validate, train, gate, commit)",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--episode-budget", dest="episode_budget", help="device-hours, e.g. 36gpuh, 2.5h, 90m")
+    p.add_argument("--config", help="YAML run config (runs/default.yaml, runs/test.yaml, runs/qwen3-4b.yaml)")
+    p.add_argument("--policy", help="authorization policy (default bcit)")
+    p.add_argument("--seed", type=int, help="run seed")
+    p.add_argument("--bank", help="experience bank path (built from the world's seed bank when missing)")
+    p.add_argument("--out", help="run directory, runs/ID")
+    p.add_argument("--proposer", choices=("catalogue", "openai"), help="catalogue only, or plus an LLM")
+    p.add_argument("--base-url", dest="base_url", help="OpenAI-compatible endpoint (proposer openai)")
+    p.add_argument("--model", help="model name at that endpoint (proposer openai)")
+    p.add_argument("--resume", metavar="ID", help="resume the run runs/ID (or a run directory) where it stopped")
+    p.add_argument("--quiet", action="store_true", default=None, help="log lines only, no live display")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    from agent.config import FLAG_KEYS, build_config
+    from agent.episode import run_episode
+
+    cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
+    final = run_episode(cfg, resume=args.resume)
+    print(f"episode {final.get('episode_id')}: stopped ({final.get('stop_reason')}), {final.get('stage', 0)} "
+          f"promotion(s), {final.get('spent_h', 0.0):.3f} device-hours, library version "
+          f"{final.get('library_version')}; report in the run directory (report.md, report.html)")
+    return 0

@@ -10,15 +10,24 @@ serializer (no pickle fallback, no msgpack object revival; reliability §A4), so
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from agent.config import RunConfig
 from agent.graph import build_graph
-from agent.state import Ctx
+from agent.state import Ctx, Entry
+from experience_bank.errors import BadInput
+from experience_bank.hashing import canonical_json
+
+IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 
 RECURSION_LIMIT = 100_000
 """Supersteps: about five per candidate, so any catalogue fits."""
@@ -45,3 +54,209 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
         return dict(graph.get_state(config).values)
     finally:
         conn.close()
+
+
+# --- the composition ---------------------------------------------------------------------
+
+
+class LedgerAdapter:
+    """trainers.ledger.Ledger behind the nodes' (episode, key, hours, seconds, what) call."""
+
+    def __init__(self, path: Path):
+        from trainers.ledger import Ledger
+
+        self.ledger = Ledger(str(path))
+
+    def charge(self, episode_id: str, key: str, device_hours: float, wall_seconds: float, what: str) -> dict:
+        kind = key.split(":")[0] if key.startswith("eval:") else key.rsplit(":", 1)[-1]
+        return self.ledger.charge(episode_id, key, kind=kind, device_hours=device_hours, wall_seconds=wall_seconds,
+                                  detail=what)
+
+    def spent(self, episode_id: str) -> float:
+        return self.ledger.spent(episode_id)
+
+    def charges(self, episode_id: str) -> list[dict]:
+        return self.ledger.charges(episode_id)
+
+
+class RunAudit:
+    """runs/ID/decisions.jsonl and outcomes.jsonl: one canonical JSON line per decision / event,
+    appended once (a re-run of a node finds its line and writes nothing)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def _append(self, name: str, key: str, value: str, body: Any) -> None:
+        import json
+
+        path = self.run_dir / name
+        if path.exists() and any(json.loads(x).get(key) == value for x in path.read_text().splitlines() if x):
+            return
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(canonical_json(body) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def decision(self, decision) -> None:
+        self._append("decisions.jsonl", "decision_hash", decision.decision_hash, decision)
+
+    def outcome(self, event) -> None:
+        self._append("outcomes.jsonl", "seq", event.seq, event)
+
+
+def _run_dir(cfg: RunConfig, resume: str | None) -> Path:
+    if resume:
+        path = Path(resume)
+        path = path if path.is_dir() or "/" in resume else Path("runs") / resume
+        if not (path / "manifest.json").is_file():
+            raise BadInput(f"no run to resume at {path}: pass a run id under runs/ or a run directory")
+        return path
+    out = Path(cfg.out) if cfg.out else Path("runs") / time.strftime("ep-%Y%m%d-%H%M%S")
+    if (out / "manifest.json").exists():
+        raise BadInput(f"{out} already holds a run: resume it with --resume {out} or choose another --out")
+    if not IDENT.match(out.name):
+        raise BadInput(f"run directory name {out.name!r} is not a valid episode id: use letters, digits, . _ - only")
+    return out
+
+
+def check_inputs(cfg: RunConfig) -> float:
+    """Every check that needs no writing; BadInput names the problem and the fix."""
+    from trainers.ledger import parse_budget
+
+    from policies import POLICIES
+
+    budget_h = parse_budget(cfg.episode_budget)
+    if cfg.policy not in POLICIES:
+        raise BadInput(f"unknown policy {cfg.policy!r}: choose one of {', '.join(POLICIES)}")
+    if cfg.proposer == "openai" and not (cfg.base_url and cfg.model):
+        raise BadInput("--proposer openai needs --base-url URL and --model NAME")
+    if cfg.base_model is not None:
+        if not (Path(cfg.base_model) / "config.json").is_file():
+            raise BadInput(f"base model {cfg.base_model} not found (no config.json): give a local HF model directory")
+        raise BadInput("the real profile (base_model) is configured but its world adapter is not in this build: "
+                       "run the embedded world (omit base_model)")
+    if cfg.deepspeed_config is not None and not Path(cfg.deepspeed_config).is_file():
+        raise BadInput(f"DeepSpeed config {cfg.deepspeed_config} not found: fix deepspeed_config")
+    bank = Path(cfg.bank)
+    if bank.exists():
+        from experience_bank.bank import Bank
+
+        Bank.open(bank).close()  # refuses a bank from a newer schema
+    return budget_h
+
+
+def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[str, Any]:
+    """Run (or resume) one episode; return its final state."""
+    from agent import manifest as mf
+
+    if resume:
+        run_dir = _run_dir(cfg, resume)
+        manifest = mf.load(run_dir)
+        cfg = RunConfig(**manifest["config"]) if not cfg.quiet else RunConfig(**(manifest["config"] | {"quiet": True}))
+    else:
+        budget_h = check_inputs(cfg)
+        run_dir = _run_dir(cfg, None)
+    world, bank = _world_and_bank(cfg, say)
+    try:
+        if not resume:
+            manifest = _freeze_new(cfg, budget_h, run_dir, world, bank)
+        ctx = _context(cfg, run_dir, manifest, world, bank, say)
+        bank.start_episode(ctx.episode_id, manifest["manifest_hash"], manifest["library_version"])
+        initial = {"episode_id": ctx.episode_id, "manifest_hash": manifest["manifest_hash"], "cursor": 0, "seq": 0,
+                   "stage": 0, "parent_dir": manifest["initial"]["dir"], "parent_sha": manifest["initial"]["sha256"],
+                   "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
+                   "stop_reason": ""}
+        with _display(cfg, ctx, say):
+            return drive(ctx, initial, run_dir / "checkpoints.sqlite")
+    finally:
+        bank.close()
+
+
+def _world_and_bank(cfg: RunConfig, say):
+    from agent.world import ensure_world
+    from experience_bank.bank import Bank
+
+    world = ensure_world(cfg.world, progress=None)
+    if not Path(cfg.bank).exists():
+        from agent.seed_bank import build_seed_bank
+
+        say(f"building the seed bank of world {cfg.world} at {cfg.bank} (once)")
+        build_seed_bank(world, cfg.bank)
+    return world, Bank.open(cfg.bank)
+
+
+def _allowlist(world, bank):
+    from agent.proposer import Allowlist
+
+    return Allowlist(datasets=dict(world.datasets), taken_ids=frozenset(e.record.card.id for e in bank.library_records()))
+
+
+def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: Path, world, bank) -> dict[str, Any]:
+    from agent import manifest as mf
+    from agent.promotion import init_parent
+
+    version = bank.current_library_version()
+    hashes = [e.hash for e in bank.library_records(version)]
+    evaluators = {"suites": list(WORLD_SUITES()), "eval_protocol": world.eval_protocol, "backend": cfg.backend,
+                  "n": cfg.eval_n, "batch_size": cfg.eval_batch_size, "seed": cfg.seed}
+    manifest = mf.build_manifest(
+        episode_id=run_dir.name, config=cfg.model_dump(mode="json"), budget_h=budget_h, base_dir=world.base_dir,
+        base_sha=world.model.sha256, world={"size": world.size, "recipe_sha256": world.recipe_sha256,
+                                            "chat_template_sha256": world.chat_template_sha256},
+        library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
+        allowlist=_allowlist(world, bank).manifest())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    mf.freeze(run_dir, manifest)
+    init_parent(run_dir, world.base_dir, world.model.sha256)
+    return manifest
+
+
+def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world module
+    from agent.world import SUITES
+
+    return SUITES
+
+
+def _context(cfg: RunConfig, run_dir: Path, manifest: dict, world, bank, say) -> Ctx:
+    from agent.nodes_ports import WorldPorts
+    from agent.proposer import load_proposals
+
+    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest["library_version"])}
+    entries |= {e.hash: e for e in load_proposals(run_dir)}
+    return Ctx(run_dir=run_dir, episode_id=run_dir.name, manifest=manifest, entries=entries,
+               ports=WorldPorts(world, cfg, _allowlist(world, bank)), bank=bank,
+               ledger=LedgerAdapter(run_dir / "ledger.sqlite"), audit=RunAudit(run_dir))
+
+
+@contextmanager
+def _display(cfg: RunConfig, ctx: Ctx, say):
+    """Live progress (budget left, node, candidate, last verdict); --quiet prints log lines."""
+    budget = ctx.manifest["budget_device_hours"]
+    seen: dict[str, Any] = {"node": "", "candidate": "", "verdict": "", "spent": 0.0}
+
+    def line() -> str:
+        return (f"[{ctx.episode_id}] node {seen['node']:<11} candidate {seen['candidate'] or '-':<8} "
+                f"last {seen['verdict'] or '-':<30} budget left {budget - seen['spent']:.3f}/{budget:g} h")
+
+    def update(node: str, upd: dict[str, Any]) -> None:
+        seen["node"] = node
+        seen["candidate"] = upd.get("candidate_id", seen["candidate"])
+        seen["spent"] = upd.get("spent_h", seen["spent"])
+        for key in ("verdict", "trial_verdict", "action", "stop_reason"):
+            if upd.get(key):
+                seen["verdict"] = f"{key}={upd[key]}"
+        if cfg.quiet:
+            say(line())
+        else:
+            live.update(Text(line()))
+
+    if cfg.quiet:
+        ctx.progress = update
+        yield
+        return
+    from rich.live import Live
+    from rich.text import Text
+
+    with Live(Text(line()), refresh_per_second=4, transient=False) as live:
+        ctx.progress = update
+        yield

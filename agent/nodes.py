@@ -315,8 +315,10 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
                   reason=reason[:500], artefacts=tuple(m["artefacts"]))
     parent_dir, parent_sha, stage = state["parent_dir"], state["parent_sha"], state["stage"]
     if outcome == "promoted":
-        run = parse_model(TrainResult, (ctx.step_dir(decision.decision_hash) / "train.json").read_text())
-        parent_dir = ctx.ports.promote(str(ctx.run_dir), run.checkpoint, run.checkpoint_sha256, decision.decision_hash)
+        step = ctx.step_dir(decision.decision_hash)
+        run = parse_model(TrainResult, (step / "train.json").read_text())
+        verdict = parse_model(GateVerdict, (step / "verdict.json").read_text())
+        parent_dir = ctx.ports.promote(str(ctx.run_dir), run.checkpoint, verdict)
         parent_sha, stage = run.checkpoint_sha256, stage + 1
     ctx.bank.append_event(event)
     if not rejected and outcome != "not_started":

@@ -135,7 +135,8 @@ class FakePorts:
                            parent_sha256=parent["sql/target"].identity.model_sha256,
                            initial_sha256=initial["sql/target"].identity.model_sha256)
 
-    def promote(self, run_dir, child_dir, child_sha, key):
+    def promote(self, run_dir, child_dir, verdict):
+        child_sha = verdict.child_sha256
         maybe_kill("promote")
         dest = Path(run_dir) / "parents" / child_sha[:16]
         if not dest.exists():

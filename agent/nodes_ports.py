@@ -1,0 +1,188 @@
+"""The real boundary of the loop's nodes: thin adapters over the other packages' public APIs.
+
+`WorldPorts` binds the frozen run values (policy, thresholds, seeds, sizes, backend) once, so
+a node calls e.g. `ports.train(card, parent_dir, out_dir, run_key, resume_from)` and never
+sees the config. Tests replace the whole object with fakes (tests/test_graph_fakes.py).
+Heavy imports (torch, TRL) happen inside the methods that need them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experience_bank.hashing import content_hash
+from experience_bank.records import (CandidateCard, CurrentContext, Event, HistoricalRecord, ModelRef, Proposal,
+                                     Provenance, RetentionEffect, SourceContext, SourceEvidence)
+from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
+from agent.config import RunConfig
+from agent.state import Entry
+
+PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
+RETENTION = ("prompt_strict", "inst_strict")
+
+
+class WorldPorts:
+    def __init__(self, world: Any, cfg: RunConfig, allow: Any):
+        from agent.world import RUNTIMES, SUITES
+        from policies import PolicyConfig
+
+        self.world, self.cfg, self.allow = world, cfg, allow
+        self.suites, self.runtimes = tuple(SUITES), tuple(RUNTIMES)
+        self.policy_config = PolicyConfig(tau_l=cfg.tau_l, tau_h=cfg.tau_h, quota=cfg.max_proposals,
+                                          fallback_lease=cfg.fallback_lease)
+
+    # --- contexts and the executability filter ---------------------------------------
+    def model_ref(self, model_dir: str, sha256: str) -> ModelRef:
+        name = "base" if sha256 == self.world.model.sha256 else f"child-{sha256[:12]}"
+        return ModelRef(id=f"world-{self.world.size}/{name}", sha256=sha256, arch=self.world.model.arch,
+                        chat_template_sha256=self.world.chat_template_sha256)
+
+    def context(self, parent_dir: str, parent_sha: str, stage: int) -> CurrentContext:
+        fams = tuple(self.world.output_protocols)
+        return CurrentContext(parent=self.model_ref(parent_dir, parent_sha), stage=stage, families=fams,
+                              tasks={f: f"{f}/target" for f in fams}, datasets=dict(self.world.datasets),
+                              runtimes=self.runtimes, eval_protocol=self.world.eval_protocol,
+                              output_protocols=dict(self.world.output_protocols))
+
+    def executable(self, record: HistoricalRecord | Proposal) -> str | None:
+        from agent.catalogue import runtime_of
+
+        card = record.card
+        for mix in card.data.mix:
+            if self.world.datasets.get(mix.dataset.id) != mix.dataset.sha256:
+                return f"dataset {mix.dataset.id} is missing here or has another hash"
+        if runtime_of(card) not in self.runtimes:
+            return f"runtime {runtime_of(card)} is not available"
+        if f"{card.family}/target" not in self.suites:
+            return f"no evaluator for {card.family}/target"
+        return None
+
+    # --- decisions --------------------------------------------------------------------
+    def compile(self, entry: Entry, ctx: CurrentContext):
+        from policies.authorize import WITHOUT_APPLICABILITY
+        from policies.features import compile as compile_features
+
+        return compile_features(entry.record, ctx, use_applicability=self.cfg.policy not in WITHOUT_APPLICABILITY,
+                                conflicted=entry.conflicted, discounts=self.policy_config.discounts)
+
+    def authorize(self, features, episode: dict[str, int]):
+        from policies import EpisodeState, authorize
+
+        state = EpisodeState(new_proposals_used=episode["proposals_authorized"], leases_used=episode["leases_used"])
+        return authorize(features, self.cfg.policy, state, self.policy_config)
+
+    # --- evaluation, training, the gate ----------------------------------------------
+    def evaluate(self, model_dir: str, split: str, out_dir: str) -> dict[str, SuiteResult]:
+        from evaluators import evaluate
+
+        return evaluate(model_dir, self.suites, split, out_dir=out_dir, backend=self.cfg.backend,
+                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n, seed=self.cfg.seed)
+
+    def _examples(self, card: CandidateCard, parent_dir: str) -> list[dict]:
+        from trainers.data import build_examples
+
+        return build_examples(card, parent_dir, seed=self.cfg.seed)
+
+    def _rewards(self, card: CandidateCard):
+        from evaluators.rewards import REWARDS
+
+        return REWARDS if card.method == "grpo" else None
+
+    def target_metric(self, card: CandidateCard) -> str:
+        return f"{card.family}/target.{PRIMARY_METRIC[card.family]}"
+
+    def trial(self, card, parent_dir, out_dir, run_key, parent_val, initial_val) -> TrialResult:
+        from trainers.trial import TrialThresholds, trial
+
+        target = self.target_metric(card)
+
+        def measure(checkpoint: str):
+            child = self.evaluate(checkpoint, "validation", str(Path(out_dir) / "eval"))
+            delta = _value(child, target) - _value(parent_val, target)
+            retention = {f"ifeval.{m}": _value(child, f"ifeval.{m}") - _value(initial_val, f"ifeval.{m}")
+                         for m in RETENTION}
+            hard = [f"{s}: {r.n_unparseable} unparseable" for s, r in child.items()
+                    if s == target.partition(".")[0] and r.items and r.n_unparseable == len(r.items)]
+            return delta, retention, hard
+
+        thresholds = TrialThresholds(min_gain_pp=self.cfg.trial_min_gain_pp, fail_drop_pp=self.cfg.trial_fail_drop_pp,
+                                     retention_drop_pp=self.cfg.gate_ifeval_drop_pp)
+        return trial(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
+                     measure=measure, thresholds=thresholds, fraction=self.cfg.trial_fraction,
+                     reward_funcs=self._rewards(card), seed=self.cfg.seed)
+
+    def train(self, card, parent_dir, out_dir, run_key, resume_from) -> TrainResult:
+        import trainers
+
+        return trainers.train(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
+                              fraction=1.0, reward_funcs=self._rewards(card), resume_from=resume_from,
+                              seed=self.cfg.seed, threads=self.cfg.torch_threads)
+
+    def gate(self, card, initial, parent, child, run: TrainResult) -> GateVerdict:
+        from agent.cmd_gate import gate_config_for
+        from evaluators import metric_specs
+        from policies.gate import gate
+
+        suite, _, metric = self.target_metric(card).partition(".")
+        return gate(initial, parent, child, gate_config_for(self.cfg), metric_specs(), target_suite=suite,
+                    target_metric=metric, family_targets={card.family: self.target_metric(card)}, sanity=run.sanity)
+
+    def captrack(self, initial, child) -> dict[str, float | None]:
+        from evaluators import metric_specs
+        from policies.gate import captrack_profile
+
+        prof = captrack_profile(initial, child, metric_specs())
+        return {c.name: c.drift_pct for c in prof.groups + prof.subs}
+
+    def promote(self, run_dir: str, child_dir: str, verdict: GateVerdict) -> str:
+        from agent.promotion import promote
+
+        return promote(run_dir, child_dir, verdict).parent.path
+
+    # --- memory and proposals ---------------------------------------------------------
+    def observation(self, entry: Entry, event: Event, parent: ModelRef, stage: int) -> HistoricalRecord | None:
+        """One paired run (grade B) in the current context, for consolidation."""
+        card, target = entry.record.card, self.target_metric(entry.record.card)
+        gain = event.metrics.get(f"gain.{target}", event.metrics.get("trial.delta_val"))
+        if gain is None:
+            return None
+        from agent.catalogue import runtime_of
+
+        data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
+        retention = tuple(RetentionEffect(metric=k.removeprefix("trial.retention."), delta=v)
+                          for k, v in sorted(event.metrics.items()) if k.startswith("trial.retention."))
+        return HistoricalRecord(
+            card=card,
+            source=SourceContext(parent=parent, stage=stage, family=card.family, task=f"{card.family}/target",
+                                 datasets=data, runtime=runtime_of(card), eval_protocol=self.world.eval_protocol,
+                                 output_protocol=self.world.output_protocols[card.family]),
+            evidence=SourceEvidence(target_metric=target, delta_src=gain, delta_point=gain,
+                                    kappa=self.cfg.gate_kappa_pp, grade="B", chi=0, retention=retention, replicates=1),
+            applicability=entry.record.applicability,
+            provenance=Provenance(model_sha256=parent.sha256, data_sha256=data, config_sha256=card.content_hash(),
+                                  eval_sha256=content_hash(event.metrics), produced_by=f"episode {event.episode_id}"))
+
+    def propose(self, library: list[Entry]) -> list[dict[str, Any]]:
+        if self.cfg.proposer != "openai":
+            return []
+        from agent.proposer import OpenAIProposer
+
+        return OpenAIProposer(self.cfg.base_url, self.cfg.model, self.allow, self.to_proposal,
+                              limit=self.cfg.max_proposals, timeout_s=self.cfg.proposer_timeout_s)(library)
+
+    def to_proposal(self, card: CandidateCard) -> Proposal:
+        from agent.catalogue import applicability
+
+        data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
+        return Proposal(card=card, applicability=applicability(card, self.world), provenance=Provenance(
+            model_sha256=self.world.model.sha256, data_sha256=data, config_sha256=card.content_hash(),
+            eval_sha256=content_hash(self.world.eval_protocol), produced_by=f"proposer openai {self.cfg.model}"))
+
+
+def _value(results: dict[str, SuiteResult], key: str) -> float:
+    suite, _, metric = key.partition(".")
+    value = results[suite].metrics.get(metric)
+    if value is None:
+        raise ValueError(f"{key} is UNKNOWN (an evaluator error): the trial cannot be measured")
+    return value
