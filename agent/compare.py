@@ -35,7 +35,7 @@ from typing import Any
 from policies.stats import paired_t_interval, sign_flip_test
 
 TARGET_METRICS = {"finance": "finance/target.f1", "sql": "sql/target.exec_acc",
-                  "function": "function/target.full_match"}
+                  "function": "function/target.ast_acc"}
 """Primary metric of each target task (evaluators/scoring/suites.py)."""
 IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
 PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "initial.sha256")

@@ -1,0 +1,286 @@
+"""`agent retrospective --execute`: the embedded world's own Retrospective-24 and ShortFull-24.
+
+One cell per catalogue candidate, in a context where it was not trained before: the world's
+base model (stage 0). Per cell, all from the same parent, seed, data recipe and evaluation
+items (greedy decoding):
+- control: the untrained parent itself (the matched control of agent/seed_bank.py: same
+  parent, items and decoding; it has no training budget, so "same budget" means the
+  intervention runs at exactly its card's nominal steps and nothing else differs);
+- short runs at 5%, 10% and 20% of the card's nominal steps, each evaluated on the
+  validation split (what a bounded trial reads), with the trial verdict of the 20% run from
+  `trainers.trial.verdict` under the run config's default thresholds;
+- the full run, evaluated on the adoption split (what the gate reads).
+Effects are child minus control in pp on the family's target metric and on IFEval
+prompt / instruction strict accuracy. Every candidate is run short and full, so trial
+fidelity is measured without selecting only the passing trials.
+
+Outcome class of a cell (fixed here, before any run; not tuned):
+- harmful:    full-run target effect <= -MIN_EFFECT_PP, or an IFEval metric falls more than
+              IFEVAL_DROP_PP below the control (no target gain compensates for it);
+- beneficial: target effect >= MIN_EFFECT_PP and both IFEval metrics within the bound;
+- neutral:    anything else.
+
+Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
+compiled from the seed bank's record of the card against the base-model context, hashed
+(`features_sha256` in ledger.json) — then `cells/<id>/cell.json` per finished cell (resume
+skips them), and `cells.jsonl` (features + outcomes, one line per cell) plus `summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import canonical_json, content_hash
+from policies.stats import clopper_pearson, spearman
+
+FRACTIONS = (0.05, 0.10, 0.20)
+MIN_EFFECT_PP = 1.0
+"""Smallest target change that counts as a direction (RunConfig.gate_min_gain_pp)."""
+IFEVAL_DROP_PP = 2.0
+"""IFEval strict accuracies may not fall more than this (BCIT.md §6)."""
+IFEVAL = ("prompt_strict", "inst_strict")
+EVAL_N = {"test": (16, 8), "default": (64, 32)}
+"""(target items, IFEval items) per world size."""
+
+
+# --- pure: classify and summarise ----------------------------------------------------------
+
+
+def direction(delta: float) -> str:
+    return "up" if delta >= MIN_EFFECT_PP else "down" if delta <= -MIN_EFFECT_PP else "flat"
+
+
+def outcome_class(target: float, ifeval: dict[str, float]) -> str:
+    if target <= -MIN_EFFECT_PP or any(d < -IFEVAL_DROP_PP for d in ifeval.values()):
+        return "harmful"
+    return "beneficial" if target >= MIN_EFFECT_PP else "neutral"
+
+
+def _agree(a: float, b: float) -> bool:
+    return direction(a) == direction(b)
+
+
+def summarise_cells(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Retrospective and ShortFull diagnostics over finished cells (fractions in [0, 1])."""
+    n = len(cells)
+    full = [c["full"]["target"] for c in cells]
+    by_family: dict[str, dict[str, int]] = {}
+    for c in cells:
+        by_family.setdefault(c["family"], {"up": 0, "flat": 0, "down": 0})[direction(c["full"]["target"])] += 1
+    improving = [c for c in cells if direction(c["full"]["target"]) == "up"]
+    safe = [c for c in improving if all(d >= -IFEVAL_DROP_PP for d in c["full"]["ifeval"].values())]
+    out: dict[str, Any] = {
+        "n_cells": n,
+        "direction_counts": {k: sum(direction(x) == d for x in full) for k, d in
+                             (("positive", "up"), ("neutral", "flat"), ("negative", "down"))},
+        "by_family": by_family, "retention_safe_among_improving": f"{len(safe)}/{len(improving)}",
+        "outcome_classes": {k: sum(c["outcome_class"] == k for c in cells) for k in ("beneficial", "harmful", "neutral")},
+    }
+    sens = {}
+    for f in FRACTIONS:
+        k = sum(_agree(c["short"][f"{f:.2f}"]["target"], c["full"]["target"]) for c in cells)
+        sens[f"{f:.2f}"] = {"agree": k, "n": n, "agreement": k / n if n else None, "ci95": list(clopper_pearson(k, n))}
+    trial = [c["short"]["0.20"]["target"] for c in cells]
+    out["shortfull"] = {
+        "budget_sensitivity": sens, "agreement": sens["0.20"]["agreement"], "agreement_ci": sens["0.20"]["ci95"],
+        "spearman": _rho(trial, full),
+        "spearman_sft": _rho(*_cols(cells, "sft")), "spearman_grpo": _rho(*_cols(cells, "grpo")),
+        "sign_reversals": [c["id"] for c in cells if direction(c["short"]["0.20"]["target"]) != "flat"
+                           and direction(c["full"]["target"]) != "flat"
+                           and direction(c["short"]["0.20"]["target"]) != direction(c["full"]["target"])],
+        "confusion": _confusion(cells),
+    }
+    cm = out["shortfull"]["confusion"]
+    out["shortfull"]["pass_precision"] = cm["tp"] / (cm["tp"] + cm["fp"]) if cm["tp"] + cm["fp"] else None
+    out["shortfull"]["pass_recall"] = cm["tp"] / (cm["tp"] + cm["fn"]) if cm["tp"] + cm["fn"] else None
+    ratios = [c["short"]["0.20"]["wall_s"] / c["full"]["wall_s"] for c in cells if c["full"]["wall_s"] > 0]
+    out["shortfull"]["median_trial_cost_ratio"] = statistics.median(ratios) if ratios else None
+    return out
+
+
+def _cols(cells: list[dict], method: str) -> tuple[list[float], list[float]]:
+    sub = [c for c in cells if c["method"] == method]
+    return [c["short"]["0.20"]["target"] for c in sub], [c["full"]["target"] for c in sub]
+
+
+def _rho(x: list[float], y: list[float]) -> float | None:
+    """Spearman, or None where it is undefined (fewer than 3 cells, or a constant column)."""
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    return spearman(x, y)
+
+
+def _confusion(cells: list[dict]) -> dict[str, int]:
+    """The 20% trial's Pass as a detector of a beneficial full run."""
+    cm = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for c in cells:
+        passed, good = c["trial_verdict"] == "pass", c["outcome_class"] == "beneficial"
+        cm[("t" if passed == good else "f") + ("p" if passed else "n")] += 1
+    return cm
+
+
+# --- one cell ----------------------------------------------------------------------------------
+
+
+class CellPorts(Protocol):
+    """The boundary to trainers/ and evaluators/ (tests bind fakes)."""
+
+    def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
+        """{"target": pp, "prompt_strict": pp, "inst_strict": pp} on the same items for every model."""
+
+    def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
+        """{"checkpoint": dir, "wall_s": seconds, "sanity_failures": [names]}."""
+
+
+def _once(path: Path, compute: Callable[[], dict]) -> dict:
+    """A cached step of a cell: read back when present, else computed and written atomically."""
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(canonical_json(value), encoding="utf-8")
+    tmp.replace(path)
+    return value
+
+
+def _effect(child: dict[str, float], control: dict[str, float]) -> dict[str, Any]:
+    return {"target": round(child["target"] - control["target"], 6),
+            "ifeval": {m: round(child[m] - control[m], 6) for m in IFEVAL}}
+
+
+def _run(ports: CellPorts, card: Any, cell: Path, parent: str, fraction: float, seed: int, split: str) -> dict:
+    name = f"f{fraction:.2f}"
+
+    def go() -> dict:
+        run = ports.train(card, parent, fraction, seed, str(cell / "runs" / name))
+        scores = ports.evaluate(run["checkpoint"], card.family, split, str(cell / "evals" / f"{name}-{split}"))
+        return {"scores": scores, "wall_s": run["wall_s"], "sanity_failures": list(run["sanity_failures"])}
+    return _once(cell / f"{name}.json", go)
+
+
+def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int) -> dict[str, Any]:
+    """Control, short runs and the full run of one candidate; cached step by step."""
+    from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415
+
+    ctrl = {s: _once(cell / f"control-{s}.json", lambda s=s: ports.evaluate(parent_dir, card.family, s,
+                                                                             str(cell / "evals" / f"control-{s}")))
+            for s in ("validation", "adoption")}
+    short = {}
+    for f in FRACTIONS:
+        r = _run(ports, card, cell, parent_dir, f, seed, "validation")
+        short[f"{f:.2f}"] = _effect(r["scores"], ctrl["validation"]) | {"wall_s": r["wall_s"],
+                                                                       "sanity_failures": r["sanity_failures"]}
+    full_run = _run(ports, card, cell, parent_dir, 1.0, seed, "adoption")
+    full = _effect(full_run["scores"], ctrl["adoption"]) | {"wall_s": full_run["wall_s"],
+                                                            "sanity_failures": full_run["sanity_failures"]}
+    t = short["0.20"]
+    v, reasons = verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (),
+                         TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=IFEVAL_DROP_PP),
+                         train_failures=t["sanity_failures"])
+    cls = "harmful" if full["sanity_failures"] else outcome_class(full["target"], full["ifeval"])
+    return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": ctrl,
+            "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
+
+
+# --- the whole table ------------------------------------------------------------------------------
+
+
+def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
+    """Write features.jsonl (cell id + outcome-blind Features) once; return its hash."""
+    path = out / "features.jsonl"
+    text = "".join(canonical_json({"cell": cid, "features": f.model_dump(mode="json")}) + "\n" for cid, f in rows)
+    if path.exists() and path.read_text(encoding="utf-8") != text:
+        raise BadInput(f"{path} holds other frozen features (different cells or world): use a new --out")
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return content_hash(path.read_text(encoding="utf-8"))
+
+
+def run_table(out: Path, cards: list[Any], ports: CellPorts, parent_dir: str, seed: int,
+              features: dict[str, Any]) -> dict[str, Any]:
+    """Every cell (finished ones are skipped); a failing cell is recorded and the others go on."""
+    done, failed = [], {}
+    for card in cards:
+        cell_dir = out / "cells" / card.id
+        try:
+            cell = _once(cell_dir / "cell.json", lambda c=card, d=cell_dir: run_cell(ports, c, d, parent_dir, seed))
+            done.append(cell | {"features": features[card.id].model_dump(mode="json")})
+        except Exception as exc:  # noqa: BLE001 (one cell's crash must not end the table)
+            failed[card.id] = f"{type(exc).__name__}: {exc}"[:500]
+    (out / "cells.jsonl").write_text("".join(canonical_json(c) + "\n" for c in done), encoding="utf-8")
+    summary = summarise_cells(done) if done else {}
+    (out / "summary.json").write_text(json.dumps({"summary": summary, "failed": failed}, indent=1, sort_keys=True))
+    return {"cells_done": len(done), "cells_failed": len(failed), "failed": failed, "summary": summary}
+
+
+class WorldPorts:
+    """Real runs: trainers.train and evaluators.evaluate on the embedded world."""
+
+    def __init__(self, size: str):
+        self.eval_n, self.ifeval_n = EVAL_N[size]
+
+    def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
+        from evaluators import evaluate  # noqa: PLC0415
+
+        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=self.eval_n)
+        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=self.ifeval_n)["ifeval"]
+        key = TARGET_METRIC[family]
+        values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
+        unknown = [k for k, v in values.items() if v is None]
+        if unknown:  # an evaluator error is UNKNOWN, never a score of 0
+            raise RuntimeError(f"evaluation of {model_dir} on {split} is UNKNOWN for {unknown}")
+        return values
+
+    def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
+        import trainers  # noqa: PLC0415
+        from evaluators.rewards import REWARDS  # noqa: PLC0415
+        from trainers.data import build_examples  # noqa: PLC0415
+
+        result = trainers.train(card, parent_dir, build_examples(card, parent_dir, seed=seed), out_dir=out_dir,
+                                run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
+                                reward_funcs=REWARDS if card.method == "grpo" else None)
+        return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
+                "sanity_failures": [s.name for s in result.sanity if not s.ok]}
+
+
+TARGET_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
+
+
+def base_context(world: Any) -> Any:
+    """x_t of every cell: the world's base model at stage 0, everything the world provides."""
+    from agent.world import EVAL_PROTOCOL, FAMILIES, OUTPUT_PROTOCOLS, RUNTIMES  # noqa: PLC0415
+    from experience_bank.records import CurrentContext  # noqa: PLC0415
+
+    return CurrentContext(parent=world.model, stage=0, families=FAMILIES, tasks={f: f"{f}/target" for f in FAMILIES},
+                          datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=EVAL_PROTOCOL,
+                          output_protocols=OUTPUT_PROTOCOLS)
+
+
+def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
+                  ports: CellPorts | None = None) -> dict[str, Any]:
+    """Build (or resume) the table: freeze every cell's features, then run the cells."""
+    from agent.catalogue import catalogue  # noqa: PLC0415
+    from agent.seed_bank import seed_records  # noqa: PLC0415
+    from agent.world import ensure_world  # noqa: PLC0415
+    from policies import compile as compile_features  # noqa: PLC0415
+
+    world = ensure_world(size)
+    cards = list(catalogue(world))[:n_cells]
+    records = {r.card.id: r for r in seed_records(world, cards=[c.id for c in cards])}
+    ctx = base_context(world)
+    features = {c.id: compile_features(records[c.id], ctx) for c in cards}
+    features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
+    (out / "ledger.json").write_text(json.dumps({
+        "kind": "retrospective", "world": f"{size}-{world.recipe_sha256[:12]}", "seed": seed,
+        "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
+        "ifeval_drop_pp": IFEVAL_DROP_PP, "control": "the untrained base model on the same items"}, indent=1))
+    return run_table(out, cards, ports or WorldPorts(size), world.base_dir, seed, features)

@@ -1,0 +1,130 @@
+"""agent retrospective: outcome classes, ShortFull diagnostics (hand-checked), the cell runner on fakes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent import retrospective as R
+from experience_bank.records import FieldScores
+from policies.features import assemble
+
+
+def test_outcome_class_and_direction():
+    assert R.outcome_class(3.0, {"prompt_strict": -1.0, "inst_strict": 0.0}) == "beneficial"
+    assert R.outcome_class(3.0, {"prompt_strict": -2.5, "inst_strict": 0.0}) == "harmful"  # no gain compensates
+    assert R.outcome_class(-1.0, {"prompt_strict": 0.0, "inst_strict": 0.0}) == "harmful"
+    assert R.outcome_class(0.5, {"prompt_strict": -2.0, "inst_strict": 0.0}) == "neutral"  # -2.0 is within the bound
+    assert [R.direction(d) for d in (1.0, 0.99, -0.99, -1.0)] == ["up", "flat", "flat", "down"]
+
+
+def _cell(cid, family, method, short20, full, ife=0.0, verdict="inconclusive", wall=(2.0, 10.0)):
+    short = {f"{f:.2f}": {"target": short20, "ifeval": {"prompt_strict": 0.0, "inst_strict": 0.0}, "wall_s": wall[0]}
+             for f in R.FRACTIONS}
+    short["0.05"]["target"] = -short20  # the shortest run always disagrees in these cells
+    ifeval = {"prompt_strict": ife, "inst_strict": 0.0}
+    return {"id": cid, "family": family, "method": method, "short": short, "trial_verdict": verdict,
+            "full": {"target": full, "ifeval": ifeval, "wall_s": wall[1]}, "outcome_class": R.outcome_class(full, ifeval)}
+
+
+def test_summarise_cells_hand_checked():
+    cells = [_cell("S01", "finance", "sft", 2.0, 3.0, verdict="pass"),          # TP
+             _cell("S02", "finance", "sft", 2.0, 4.0, ife=-5.0, verdict="pass"),  # FP: harmful on IFEval
+             _cell("G01", "sql", "grpo", -2.0, 2.0),                              # FN, sign reversal
+             _cell("G02", "sql", "grpo", 0.0, 0.0),                               # TN, flat/flat
+             _cell("S03", "function", "sft", -3.0, -4.0, verdict="fail")]         # TN
+    s = R.summarise_cells(cells)
+    assert s["direction_counts"] == {"positive": 3, "neutral": 1, "negative": 1}
+    assert s["by_family"]["finance"] == {"up": 2, "flat": 0, "down": 0}
+    assert s["retention_safe_among_improving"] == "2/3"
+    sf = s["shortfull"]
+    assert sf["confusion"] == {"tp": 1, "fp": 1, "fn": 1, "tn": 2}
+    assert sf["pass_precision"] == 0.5 and sf["pass_recall"] == 0.5
+    assert sf["agreement"] == pytest.approx(4 / 5)  # all but G01
+    assert sf["budget_sensitivity"]["0.05"]["agree"] == 2  # flat G02, and G01 whose negated 5% run is +2
+    assert sf["sign_reversals"] == ["G01"]
+    assert sf["median_trial_cost_ratio"] == pytest.approx(0.2)
+    lo, hi = sf["agreement_ci"]
+    assert lo == pytest.approx(0.2836, abs=1e-3) and hi == pytest.approx(0.9949, abs=1e-3)
+
+
+@dataclass(frozen=True)
+class Card:
+    id: str
+    family: str
+    method: str
+
+
+class FakePorts:
+    """A model is a directory with scores.json; training adds a planned change scaled by fraction."""
+
+    PLAN = {"S01": (4.0, -1.0), "G01": (-3.0, 0.0)}
+
+    def __init__(self):
+        self.trained = []
+
+    def evaluate(self, model_dir, family, split, out_dir):
+        return json.loads((Path(model_dir) / "scores.json").read_text())
+
+    def train(self, card, parent_dir, fraction, seed, out_dir):
+        if card.id == "BAD":
+            raise RuntimeError("trainer crashed")
+        self.trained.append((card.id, fraction))
+        gain, ife = self.PLAN[card.id]
+        base = json.loads((Path(parent_dir) / "scores.json").read_text())
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        child = {"target": base["target"] + gain * fraction, "prompt_strict": base["prompt_strict"] + ife * fraction,
+                 "inst_strict": base["inst_strict"]}
+        (Path(out_dir) / "scores.json").write_text(json.dumps(child))
+        return {"checkpoint": out_dir, "wall_s": 100.0 * fraction, "sanity_failures": []}
+
+
+def _features(cid):
+    fs = FieldScores(family=1.0, data=1.0, runtime=1.0, parent=1.0, protocol=1.0)
+    return assemble(candidate_id=cid, record_hash="a" * 64, context_hash="b" * 64, fields=fs, conflicts=(),
+                    nu="continue", grade="B", delta_src=5.0, kappa=10.0)
+
+
+def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "scores.json").write_text(json.dumps({"target": 30.0, "prompt_strict": 70.0, "inst_strict": 80.0}))
+    cards = [Card("S01", "finance", "sft"), Card("BAD", "sql", "sft"), Card("G01", "sql", "grpo")]
+    feats = {c.id: _features(c.id) for c in cards}
+    out = tmp_path / "retro"
+    sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
+    ports = FakePorts()
+    res = R.run_table(out, cards, ports, str(base), 0, feats)
+    assert res["cells_done"] == 2 and list(res["failed"]) == ["BAD"]
+    s01 = json.loads((out / "cells" / "S01" / "cell.json").read_text())
+    assert s01["full"]["target"] == pytest.approx(4.0) and s01["short"]["0.20"]["target"] == pytest.approx(0.8)
+    assert s01["trial_verdict"] == "inconclusive" and s01["outcome_class"] == "beneficial"
+    g01 = json.loads((out / "cells" / "G01" / "cell.json").read_text())
+    assert g01["outcome_class"] == "harmful" and g01["trial_verdict"] == "inconclusive"  # -0.6 pp at 20%
+    lines = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
+    assert [x["id"] for x in lines] == ["S01", "G01"] and lines[0]["features"]["candidate_id"] == "S01"
+    # resume: finished cells are not trained again; the frozen features are unchanged
+    n = len(ports.trained)
+    R.run_table(out, cards, ports, str(base), 0, feats)
+    assert len(ports.trained) == n
+    assert R.freeze_features(out, [(c.id, feats[c.id]) for c in cards]) == sha
+
+
+def test_cli_needs_execute(capsys):
+    from agent.cli import main
+
+    assert main(["retrospective"]) == 2
+    assert "--execute" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_retrospective_two_cells_on_the_test_world(tmp_path):
+    res = R.retrospective(tmp_path / "retro", size="test", n_cells=2)
+    assert res["cells_done"] == 2, res["failed"]
+    for line in (tmp_path / "retro" / "cells.jsonl").read_text().splitlines():
+        cell = json.loads(line)
+        assert cell["outcome_class"] in ("beneficial", "harmful", "neutral")
+        assert set(cell["short"]) == {"0.05", "0.10", "0.20"}
