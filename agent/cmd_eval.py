@@ -1,5 +1,47 @@
-"""CLI commands (see agent/cli.py). Filled in by the part of the project that owns them."""
+"""`agent eval`: score one model on one suite split and print the metrics.
+
+    agent eval --model runs/world/base --suite sql/target --split test --n 50 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+
+
+def eval_cmd(args) -> int:
+    from evaluators import evaluate  # heavy imports only when the command runs
+
+    out_dir = args.out or tempfile.mkdtemp(prefix="agent-eval-")
+    results = evaluate(args.model, [args.suite], args.split, out_dir=out_dir, backend=args.backend,
+                       batch_size=args.batch_size, n=args.n, seed=args.seed)
+    res = results[args.suite]
+    summary = {"suite": args.suite, "split": args.split, "metrics": res.metrics, "n_items": len(res.items),
+               "n_unparseable": res.n_unparseable, "n_unknown": res.n_unknown, "out_dir": str(out_dir),
+               "generations_sha256": res.generations_sha256}
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        for name, value in res.metrics.items():
+            print(f"{args.suite}.{name}: {'UNKNOWN' if value is None else f'{value:.2f}'}")
+        print(f"items {len(res.items)}, unparseable {res.n_unparseable}, unknown {res.n_unknown}; stored in {out_dir}")
+    return 0
 
 
 def register(sub) -> None:
-    """Add this module's subcommands to the `agent` parser."""
+    """Add `agent eval` to the `agent` parser."""
+    from evaluators.tasks import SPLITS, TASKS
+
+    p = sub.add_parser("eval", help="score a model on one suite split",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="local HF model folder (safetensors), or a served model name")
+    p.add_argument("--suite", required=True, choices=TASKS, help="task suite")
+    p.add_argument("--split", default="test", choices=SPLITS, help="data role (default: test)")
+    p.add_argument("--n", type=int, default=None, help="number of items (default: the split's size)")
+    p.add_argument("--backend", default="transformers", choices=("transformers", "vllm", "openai"))
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0, help="world seed (items) and generation seed")
+    p.add_argument("--out", default=None, help="folder for generations and results (default: a temp folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=eval_cmd)

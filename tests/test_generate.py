@@ -92,3 +92,13 @@ def test_evaluate_end_to_end_and_rescore(tiny, tmp_path):
     (out / "sql_target.validation.generations.jsonl").write_text(gens.replace('"generation":"', '"generation":"x', 1))
     with pytest.raises(BadInput, match="altered"):
         rescore(out)
+
+
+def test_agent_eval_cli_prints_json(tiny, tmp_path, capsys):
+    from agent.cli import main
+
+    rc = main(["eval", "--model", str(tiny), "--suite", "function/source", "--split", "validation", "--n", "3",
+               "--out", str(tmp_path / "o"), "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["n_items"] == 3 and isinstance(out["metrics"]["ast_acc"], float)
+    assert main(["eval", "--model", str(tmp_path / "missing"), "--suite", "ifeval", "--json"]) == 2
