@@ -1,0 +1,308 @@
+"""Outcome-blind audit: a hash-chained decision ledger, its verification, and audit metrics.
+
+Ledger format (`runs/ID/decisions.jsonl`, one JSON object per line, written only through
+`write_ledger_entry`):
+    {"seq": 0, "episode_id": "E1",
+     "inputs": {"record": <HistoricalRecord|Proposal JSON or null>, "context": <CurrentContext JSON or null>,
+                "features": <Features JSON>, "config": <PolicyConfig JSON>, "state": <EpisodeState JSON>},
+     "decision": <Decision JSON>,
+     "prev_hash": <entry_hash of the previous line, or 64 zeros>,
+     "entry_hash": chain_hash(prev_hash, content_hash({seq, episode_id, inputs, decision}))}
+Outcome cells (`outcomes.jsonl`, written with `write_outcome`) are a separate file, one
+`OutcomeCell` per line, linked to a ledger line by the recorded `decision_hash`. The audit
+verifies every decision and the chain first, fixes the head hash of the frozen decisions, and
+only then opens the outcomes; the report names that head hash.
+
+A cell is *authorized* by a policy when the policy trains it directly, or validates it and
+the recorded trial passes, or is Inconclusive while the policy's fallback lease lasts (the
+lease is spent in ledger order, per episode). A policy that would validate a cell whose
+trial was never run leaves that cell undetermined: it is counted, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import chain_hash, content_hash, loads_strict
+from experience_bank.records import (
+    CurrentContext, Decision, Features, Frozen, Ident, Sha256, parse_model, parse_record,
+)
+from policies import stats
+from policies.authorize import (
+    POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
+)
+from policies.features import compile as compile_features
+
+GENESIS = "0" * 64
+OutcomeClass = Literal["beneficial", "harmful", "neutral"]
+
+
+class OutcomeCell(Frozen):
+    """What happened to one frozen decision's candidate (read only after decisions are hashed)."""
+
+    candidate_id: Ident
+    """Card id."""
+    decision_hash: Sha256
+    """The recorded decision this cell scores."""
+    outcome: OutcomeClass
+    """beneficial | harmful | neutral."""
+    trial_verdict: Literal["pass", "fail", "inconclusive"] | None = None
+    """Verdict of the bounded trial, if one ran."""
+    trial_delta: float | None = None
+    """Delta_val of the trial in pp."""
+    short: dict[Literal["0.05", "0.10", "0.20"], float] = {}
+    """Short-run target effects by budget fraction, where run."""
+    full: dict[Literal["target", "ifeval_p", "ifeval_i"], float] = {}
+    """Full-run effects in pp (target, IFEval prompt / instruction strict), where run."""
+    trial_device_hours: Annotated[float, Field(ge=0.0)] = 0.0
+    """Device-hours of the trial (or what it would cost)."""
+    full_device_hours: Annotated[float, Field(ge=0.0)] = 0.0
+    """Device-hours of the full run (or what it would cost)."""
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+def _lines(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [loads_strict(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_ledger_entry(path: str | Path, *, episode_id: str, decision: Decision, config: PolicyConfig,
+                       state: EpisodeState, record=None, context: CurrentContext | None = None) -> str:
+    """Append one frozen decision with its inputs to the chain; returns the new entry hash."""
+    path = Path(path)
+    prev = _lines(path)
+    body = {"seq": len(prev), "episode_id": episode_id, "inputs": {
+        "record": record.model_dump(mode="json") if record is not None else None,
+        "context": context.model_dump(mode="json") if context is not None else None,
+        "features": decision.features.model_dump(mode="json"),
+        "config": config.model_dump(mode="json"), "state": state.model_dump(mode="json")},
+        "decision": decision.model_dump(mode="json")}
+    prev_hash = prev[-1]["entry_hash"] if prev else GENESIS
+    entry_hash = chain_hash(prev_hash, content_hash(body))
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**body, "prev_hash": prev_hash, "entry_hash": entry_hash}, sort_keys=True) + "\n")
+    return entry_hash
+
+
+def write_outcome(path: str | Path, cell: OutcomeCell) -> None:
+    """Append one outcome cell to outcomes.jsonl."""
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(cell.model_dump_json() + "\n")
+
+
+# --- verification -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One verified ledger line, parsed."""
+
+    episode_id: str
+    features: Features
+    config: PolicyConfig
+    state: EpisodeState
+    decision: Decision
+    record: object | None
+    context: CurrentContext | None
+
+
+def _parse(line: dict) -> Entry:
+    inp = line["inputs"]
+    rec = parse_record(json.dumps(inp["record"])) if inp["record"] is not None else None
+    ctx = parse_model(CurrentContext, json.dumps(inp["context"])) if inp["context"] is not None else None
+    return Entry(line["episode_id"], parse_model(Features, json.dumps(inp["features"])),
+                 parse_model(PolicyConfig, json.dumps(inp["config"])), parse_model(EpisodeState, json.dumps(inp["state"])),
+                 parse_model(Decision, json.dumps(line["decision"])), rec, ctx)
+
+
+def _problems(i: int, line: dict, prev_hash: str) -> tuple[list[str], Entry | None]:
+    body = {k: line.get(k) for k in ("seq", "episode_id", "inputs", "decision")}
+    out = []
+    if line.get("prev_hash") != prev_hash or line.get("seq") != i:
+        out.append(f"line {i}: broken chain (prev_hash or seq does not follow line {i - 1})")
+    if chain_hash(line.get("prev_hash", ""), content_hash(body)) != line.get("entry_hash"):
+        out.append(f"line {i}: entry_hash does not match its contents")
+    e = _parse(line)
+    if decision_hash(line["decision"]) != e.decision.decision_hash:
+        out.append(f"line {i}: decision_hash does not match the decision's fields")
+    if e.decision.features != e.features:
+        out.append(f"line {i}: decision features differ from the frozen input features")
+    if e.record is not None and e.context is not None:
+        f2 = compile_features(e.record, e.context, use_applicability=e.decision.policy not in WITHOUT_APPLICABILITY,
+                              conflicted=e.features.conflicted, discounts=e.config.discounts)
+        if f2 != e.features:
+            out.append(f"line {i}: features do not recompile from the frozen record and context")
+    again = authorize(e.features, e.decision.policy, e.state, e.config)
+    if again.decision_hash != e.decision.decision_hash:
+        out.append(f"line {i}: recomputed decision {again.action}/{again.rule} ({again.decision_hash[:12]}) "
+                   f"differs from recorded {e.decision.action}/{e.decision.rule} ({e.decision.decision_hash[:12]})")
+    return out, e
+
+
+def verify_ledger(lines: list[dict]) -> tuple[list[str], list[Entry], str]:
+    """(problems, parsed entries, head hash); any problem fails the audit."""
+    problems, entries, prev = [], [], GENESIS
+    for i, line in enumerate(lines):
+        found, entry = _problems(i, line, prev)
+        problems += found
+        entries.append(entry)
+        prev = line.get("entry_hash", "")
+    return problems, entries, prev
+
+
+# --- counterfactual walks and metrics -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A candidate in context as every policy sees it, plus (possibly) what happened."""
+
+    candidate_id: str
+    episode_id: str
+    features: Features
+    features_without_applicability: Features | None
+    nu: str
+    outcome: OutcomeCell | None
+
+
+def walk(cells: list[Cell], policy: str, config: PolicyConfig) -> list[dict]:
+    """Route every cell in order under `policy`, spending quota and lease per episode."""
+    rows, states = [], {}
+    for c in cells:
+        st = states.get(c.episode_id, EpisodeState())
+        f = c.features_without_applicability if policy in WITHOUT_APPLICABILITY else c.features
+        if f is None:
+            rows.append({"action": None, "rule": "no frozen record to compile without B_i", "authorized": None, "spent": 0.0})
+            continue
+        d = authorize(f, policy, st, config)
+        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config)
+        states[c.episode_id] = st
+        rows.append({"action": d.action, "rule": d.rule, "authorized": authorized, "spent": spent, "after_trial": note})
+    return rows
+
+
+def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig):
+    """(authorized, device-hours spent, trial note, state after) for one routed cell."""
+    o = c.outcome
+    full = o.full_device_hours if o else 0.0
+    if action == "reject":
+        return False, 0.0, None, st
+    if action == "train":
+        return True, full, None, st
+    if o is None or o.trial_verdict is None:
+        return None, 0.0, "trial not recorded", st
+    then, note, st = after_trial(o.trial_verdict, st, config)
+    # nu = continue resumes the trial's prefix, so the full run costs only its remainder.
+    extra = 0.0 if then == "reject" else (full - o.trial_device_hours if c.nu == "continue" else full)
+    return then == "train", o.trial_device_hours + max(extra, 0.0), note, st
+
+
+def _rate(k: int, n: int) -> tuple[float | None, list[float] | None]:
+    if n == 0:
+        return None, None
+    lo, hi = stats.clopper_pearson(k, n)
+    return k / n, [lo, hi]
+
+
+def policy_metrics(cells: list[Cell], rows: list[dict]) -> dict:
+    """HER, BCov, harmful share (Clopper–Pearson 95%) and budget spent on harmful cells."""
+    known = [(c.outcome.outcome, r) for c, r in zip(cells, rows) if c.outcome and r["authorized"] is not None]
+    auth = [cls for cls, r in known if r["authorized"]]
+    n_h = sum(cls == "harmful" for cls, _ in known)
+    n_b = sum(cls == "beneficial" for cls, _ in known)
+    her, her_ci = _rate(auth.count("harmful"), n_h)
+    bcov, bcov_ci = _rate(auth.count("beneficial"), n_b)
+    share, share_ci = _rate(auth.count("harmful"), len(auth))
+    return {"her": her, "her_ci": her_ci, "bcov": bcov, "bcov_ci": bcov_ci, "harmful_share": share,
+            "harmful_share_ci": share_ci, "authorized": {k: auth.count(k) for k in ("beneficial", "harmful", "neutral")},
+            "cells": {"beneficial": n_b, "harmful": n_h, "neutral": len(known) - n_h - n_b},
+            "undetermined": sum(1 for c, r in zip(cells, rows) if c.outcome and r["authorized"] is None),
+            "budget_spent_harmful": sum(r["spent"] for (c, r) in zip(cells, rows) if c.outcome and c.outcome.outcome == "harmful"),
+            "budget_spent": sum(r["spent"] for r in rows)}
+
+
+def mcnemar_table(cells: list[Cell], walks: dict[str, list[dict]], base: str = "bcit") -> dict[str, float]:
+    """Exact McNemar p of `base` against every other policy, on harmful and on beneficial cells."""
+    out = {}
+    for other in walks:
+        if other == base:
+            continue
+        for cls in ("harmful", "beneficial"):
+            pairs = [(a["authorized"], b["authorized"]) for c, a, b in zip(cells, walks[base], walks[other])
+                     if c.outcome and c.outcome.outcome == cls and None not in (a["authorized"], b["authorized"])]
+            out[f"{base}_vs_{other}_{cls}"] = stats.mcnemar_paired([a for a, _ in pairs], [b for _, b in pairs])[2]
+    return out
+
+
+def score_policies(cells: list[Cell], config: PolicyConfig) -> dict:
+    """Counterfactual walks of every policy, and the audit metrics where outcomes exist."""
+    walks = {p: walk(cells, p, config) for p in POLICIES}
+    has_outcomes = any(c.outcome for c in cells)
+    return {"walks": walks, "policies": {p: policy_metrics(cells, w) for p, w in walks.items()} if has_outcomes else {},
+            "mcnemar_p": mcnemar_table(cells, walks) if has_outcomes else {}}
+
+
+# --- the audit of a recorded run --------------------------------------------------------
+
+
+def _ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
+    p = Path(path)
+    if p.is_dir():
+        ledger = p / "decisions.jsonl"
+        if not ledger.is_file():
+            raise BadInput(f"{p} has no decisions.jsonl: pass an episode directory or a ledger file")
+        return ledger, p / "outcomes.jsonl" if (p / "outcomes.jsonl").is_file() else None
+    if not p.is_file():
+        raise BadInput(f"no ledger at {p}: pass an episode directory or a decisions.jsonl file")
+    sibling = p.with_name("outcomes.jsonl")
+    return p, sibling if sibling.is_file() and sibling != p else None
+
+
+def cells_from_entries(entries: list[Entry], outcomes: dict[str, OutcomeCell]) -> list[Cell]:
+    """Cells for the counterfactual walks (no_applicability needs the frozen record)."""
+    def without(e: Entry) -> Features | None:
+        if e.record is None or e.context is None:
+            return None
+        return compile_features(e.record, e.context, use_applicability=False, conflicted=e.features.conflicted,
+                                discounts=e.config.discounts)
+    return [Cell(e.decision.candidate_id, e.episode_id, e.features, without(e), e.features.nu,
+                 outcomes.get(e.decision.decision_hash)) for e in entries]
+
+
+def read_outcomes(path: Path | None) -> dict[str, OutcomeCell]:
+    """Outcome cells keyed by the decision hash they score."""
+    if path is None:
+        return {}
+    cells = [parse_model(OutcomeCell, line, "outcome cell") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {c.decision_hash: c for c in cells}
+
+
+def audit(path: str | Path) -> dict:
+    """Verify every decision hash for hash, then (only then) score outcomes; `ok` False on any mismatch."""
+    ledger, outcomes_path = _ledger_paths(path)
+    lines = _lines(ledger)
+    if not lines:
+        raise BadInput(f"{ledger} holds no decisions: nothing to audit")
+    problems, entries, head = verify_ledger(lines)
+    report = {"ledger": str(ledger), "decisions": len(entries), "frozen_decisions_head": head, "ok": not problems,
+              "problems": problems}
+    if problems:
+        return report
+    config = entries[0].config
+    cells = cells_from_entries(entries, read_outcomes(outcomes_path))  # outcomes opened only now
+    scored = score_policies(cells, config)
+    report["counterfactual"] = [
+        {"seq": i, "candidate_id": c.candidate_id, "recorded": e.decision.action,
+         **{p: scored["walks"][p][i]["action"] for p in POLICIES}} for i, (c, e) in enumerate(zip(cells, entries))]
+    report["outcomes"] = str(outcomes_path) if outcomes_path else None
+    report["policies"], report["mcnemar_p"] = scored["policies"], scored["mcnemar_p"]
+    return report

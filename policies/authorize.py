@@ -1,0 +1,224 @@
+"""Routing: Features -> Decision (BCIT.md §4 and §8), pure, with every comparison attached.
+
+A policy is a small function `(features, state, config) -> (action, rule, numbers)` in the
+POLICIES table. `authorize` wraps it with what every policy shares:
+- a conflicted candidate (consolidation found contradicting evidence) never goes to Train
+  directly: it is validated when a faithful trial exists (nu != none), else rejected;
+- the decision carries the policy name, a version that hashes the frozen PolicyConfig, and
+  `decision_hash` = sha256 of the canonical JSON of every other field.
+
+`no_applicability` routes exactly like `bcit`; what makes it the ablation is that its
+features are compiled with `use_applicability=False` (see policies.features). Callers that
+start from records use `decide`, which compiles the way the policy needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import content_hash
+from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal
+from policies.features import compile as compile_features
+
+Verdict = Literal["pass", "fail", "inconclusive"]
+
+
+class PolicyConfig(Frozen):
+    """Frozen per run: the thresholds, discounts, quota and fallback lease of BCIT.md §3–§5."""
+
+    tau_l: Annotated[float, Field(ge=0.0, le=1.0)] = 0.30
+    """Reject below this score."""
+    tau_h: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70
+    """Grade-A evidence at or above this score trains without validation."""
+    discounts: dict[Literal["A", "B", "C"], Annotated[float, Field(ge=0.0, le=1.0)]] = {"A": 1.0, "B": 0.75, "C": 0.5}
+    """d(e) per evidence grade."""
+    quota: Annotated[int, Field(ge=0)] = 3
+    """q: exploratory new proposals per episode (they must validate)."""
+    fallback_lease: Annotated[int, Field(ge=0)] = 1
+    """Inconclusive trials that may still go to Train, per episode (0: Inconclusive -> Reject)."""
+
+    def version(self) -> str:
+        """Policy version: changes whenever any threshold, discount, quota or lease does."""
+        return f"v1-{content_hash(self)[:12]}"
+
+
+class EpisodeState(Frozen):
+    """The only episode facts a decision may depend on."""
+
+    new_proposals_used: Annotated[int, Field(ge=0)] = 0
+    """New proposals already sent to validation in this episode (quota q)."""
+    leases_used: Annotated[int, Field(ge=0)] = 0
+    """Fallback leases already spent on Inconclusive trials in this episode."""
+
+
+Routed = tuple[str, str, dict[str, float]]
+Policy = Callable[[Features, EpisodeState, PolicyConfig], Routed]
+
+
+# --- shared pieces ---------------------------------------------------------------------
+
+
+def _nums(f: Features, cfg: PolicyConfig, **more: float) -> dict[str, float]:
+    base = {"S": f.S, "A": f.A, "Q": f.Q, "H": f.H, "chi": f.chi, "tau_l": cfg.tau_l, "tau_h": cfg.tau_h}
+    return {k: float(v) for k, v in {**base, **more}.items() if v is not None}
+
+
+def _new_proposal(p: str, f: Features, st: EpisodeState, cfg: PolicyConfig, veto: bool = True) -> Routed:
+    """Eq. 13: Validate iff H = 0 and a faithful trial exists, within the quota q."""
+    n = _nums(f, cfg, quota=cfg.quota, quota_used=st.new_proposals_used)
+    if st.new_proposals_used >= cfg.quota:
+        return "reject", f"{p}.quota_exhausted", n
+    if veto and f.H == 1:
+        return "reject", f"{p}.new_hard_conflict", n
+    if f.nu == "none":
+        return "reject", f"{p}.new_no_faithful_trial", n
+    return "validate", f"{p}.new_validate", n
+
+
+def _route(p: str, f: Features, cfg: PolicyConfig, score: float, veto: bool, skip_ok: bool = True) -> Routed:
+    """The four historical rules of §4 over a given score."""
+    n = _nums(f, cfg, score=score)
+    if veto and f.H == 1:
+        return "reject", f"{p}.hard_conflict", n
+    if score < cfg.tau_l:
+        return "reject", f"{p}.below_tau_l", n
+    # Only grade-A replicated evidence skips validation; chi is checked with the grade as a
+    # second line of defence against a hand-edited features row.
+    if skip_ok and score >= cfg.tau_h and f.chi == 1 and f.grade == "A":
+        return "train", f"{p}.replicated_above_tau_h", n
+    if f.nu != "none":
+        return "validate", f"{p}.validate", n
+    return "reject", f"{p}.no_faithful_trial", n
+
+
+def _additive(f: Features) -> float:
+    return round((f.S + f.A + 1 - f.H) / 3, 12)
+
+
+# --- the policies ----------------------------------------------------------------------
+
+
+def bcit(f, st, cfg):
+    return _new_proposal("bcit", f, st, cfg) if f.is_new else _route("bcit", f, cfg, f.Q, veto=True)
+
+
+def flat_additive(f, st, cfg):
+    # No veto: a conflict only costs a third of the score, so strong evidence can buy it off.
+    if f.is_new:
+        return _new_proposal("flat_additive", f, st, cfg, veto=False)
+    return _route("flat_additive", f, cfg, _additive(f), veto=False)
+
+
+def additive_veto(f, st, cfg):
+    if f.is_new:
+        return _new_proposal("additive_veto", f, st, cfg)
+    return _route("additive_veto", f, cfg, _additive(f), veto=True)
+
+
+def validate_all(f, st, cfg):
+    if f.is_new:
+        return _new_proposal("validate_all", f, st, cfg, veto=False)
+    n = _nums(f, cfg)
+    return ("validate", "validate_all.validate", n) if f.nu != "none" else ("reject", "validate_all.no_faithful_trial", n)
+
+
+def reuse_all(f, st, cfg):
+    n = _nums(f, cfg, delta_src=f.delta_src)
+    if f.is_new:
+        return "reject", "reuse_all.no_evidence", n
+    return ("train", "reuse_all.positive_source", n) if f.delta_src > 0 else ("reject", "reuse_all.nonpositive_source", n)
+
+
+def no_memory(f, st, cfg):
+    # The bank is ignored: every candidate is an exploratory proposal under the quota.
+    return _new_proposal("no_memory", f, st, cfg)
+
+
+def reject_unresolved(f, st, cfg):
+    action, rule, n = bcit(f, st, cfg)
+    return ("reject", "reject_unresolved.unresolved", n) if action == "validate" else (action, rule, n)
+
+
+def no_applicability(f, st, cfg):
+    return _new_proposal("no_applicability", f, st, cfg) if f.is_new else _route("no_applicability", f, cfg, f.Q, veto=True)
+
+
+def no_hard_veto(f, st, cfg):
+    if f.is_new:
+        return _new_proposal("no_hard_veto", f, st, cfg, veto=False)
+    return _route("no_hard_veto", f, cfg, f.Q, veto=False)
+
+
+def applicability_only(f, st, cfg):
+    # Source evidence (S, chi) is ignored, so nothing can skip validation: score = A.
+    if f.is_new:
+        return _new_proposal("applicability_only", f, st, cfg)
+    return _route("applicability_only", f, cfg, f.A, veto=True, skip_ok=False)
+
+
+POLICIES: dict[str, Policy] = {
+    "bcit": bcit, "flat_additive": flat_additive, "additive_veto": additive_veto,
+    "validate_all": validate_all, "reuse_all": reuse_all, "no_memory": no_memory,
+    "reject_unresolved": reject_unresolved, "no_applicability": no_applicability,
+    "no_hard_veto": no_hard_veto, "applicability_only": applicability_only,
+}
+WITHOUT_APPLICABILITY = frozenset({"no_applicability"})
+"""Policies whose features are compiled with use_applicability=False."""
+COUNTS_AS_NEW = frozenset({"no_memory"})
+"""Policies that spend the exploration quota on historical candidates too."""
+
+
+# --- the public functions --------------------------------------------------------------
+
+
+def _policy(name: str) -> Policy:
+    if name not in POLICIES:
+        raise BadInput(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
+    return POLICIES[name]
+
+
+def decision_hash(fields: dict) -> str:
+    """sha256 of the canonical JSON of a decision's fields other than decision_hash."""
+    return content_hash({k: v for k, v in fields.items() if k != "decision_hash"})
+
+
+def authorize(features: Features, policy: str, state: EpisodeState, config: PolicyConfig) -> Decision:
+    """Pure: the same features, policy, state and config always give the same Decision and hash."""
+    action, rule, numbers = _policy(policy)(features, state, config)
+    if action == "train" and features.conflicted:
+        action = "validate" if features.nu != "none" else "reject"
+        rule = f"{policy}.conflicted_{'validate' if action == 'validate' else 'no_faithful_trial'}"
+    body = {"candidate_id": features.candidate_id, "action": action, "rule": rule, "numbers": numbers,
+            "policy": policy, "policy_version": config.version(), "features": features.model_dump(mode="json")}
+    fields = {**body, "features": features}
+    return Decision(**fields, decision_hash=decision_hash(body))
+
+
+def decide(record: HistoricalRecord | Proposal, ctx: CurrentContext, policy: str, state: EpisodeState,
+           config: PolicyConfig, *, conflicted: bool = False) -> Decision:
+    """Compile the way `policy` needs, then authorize."""
+    _policy(policy)
+    f = compile_features(record, ctx, use_applicability=policy not in WITHOUT_APPLICABILITY, conflicted=conflicted, discounts=config.discounts)
+    return authorize(f, policy, state, config)
+
+
+def next_state(state: EpisodeState, decision: Decision) -> EpisodeState:
+    """The state after a decision: a validated new proposal spends one unit of quota."""
+    new = decision.features.is_new or decision.policy in COUNTS_AS_NEW
+    used = state.new_proposals_used + int(new and decision.action == "validate")
+    return state.model_copy(update={"new_proposals_used": used})
+
+
+def after_trial(verdict: Verdict, state: EpisodeState, config: PolicyConfig) -> tuple[str, str, EpisodeState]:
+    """§5: Pass -> train, Fail -> reject, Inconclusive -> train only while the fallback lease lasts."""
+    if verdict == "pass":
+        return "train", "trial.pass", state
+    if verdict == "fail":
+        return "reject", "trial.fail", state
+    if state.leases_used < config.fallback_lease:
+        return "train", "trial.inconclusive_leased", state.model_copy(update={"leases_used": state.leases_used + 1})
+    return "reject", "trial.inconclusive_no_lease", state

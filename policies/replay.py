@@ -1,0 +1,180 @@
+"""Replay of the published diagnostics (BCIT.md §9) from cell-level data, never by re-running a model.
+
+`replay_retrospective()` reads the shipped ledger policies/data/retrospective24.json — a
+RECONSTRUCTION whose per-cell values agree with the published aggregates, not the paper's
+data — and recomputes every number with the real policy code and scipy.stats:
+Retrospective-24 (matched-control effects), Audit-24 (every policy walked over the frozen
+features; outcomes classified from the full-run effects) and ShortFull-24 (short vs full).
+`replay_run(run_dir)` computes the same diagnostics from a run's decisions.jsonl and
+outcomes.jsonl and lists the diagnostics its records cannot support.
+
+Definitions (frozen in the data file where they are numbers):
+- direction of an effect: 0 when |x| < neutral band (0.5 pp), else its sign;
+- retention-safe: both IFEval effects >= the floor (-2 pp);
+- outcome class of a full run: harmful if retention is unsafe or the target moves down,
+  beneficial if the target moves up with retention safe, neutral otherwise;
+- Pass detector: trial verdict `pass` against outcome class `beneficial`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import content_hash
+from policies import stats
+from policies.audit import Cell, OutcomeCell, audit, read_outcomes, score_policies
+from policies.authorize import PolicyConfig
+from policies.features import features_from_row
+
+DATA = Path(__file__).parent / "data" / "retrospective24.json"
+FAMILIES = ("finance", "sql", "function")
+BUDGETS = ("0.05", "0.10", "0.20")
+AUDIT_POLICIES = ("bcit", "flat_additive", "additive_veto", "no_applicability", "no_hard_veto", "applicability_only")
+
+
+def direction(x: float, band: float) -> int:
+    return 0 if abs(x) < band else (1 if x > 0 else -1)
+
+
+def retention_safe(p: float, i: float, floor: float) -> bool:
+    return min(p, i) >= floor
+
+
+def classify(full: dict, band: float, floor: float) -> str:
+    """Outcome class of a full run from its target and IFEval effects."""
+    if not retention_safe(full["ifeval_p"], full["ifeval_i"], floor) or direction(full["target"], band) < 0:
+        return "harmful"
+    return "beneficial" if direction(full["target"], band) > 0 else "neutral"
+
+
+# --- the shipped ledger -> cells ----------------------------------------------------------
+
+
+def load(path: Path = DATA) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _cell(c: dict, band: float, floor: float) -> Cell:
+    row = {"id": c["id"], **c["features"]}
+    noapp = {**row, **c["fields_without_applicability"], "H": 0, "conflicts": []}
+    f = features_from_row(row)
+    outcome = OutcomeCell(
+        candidate_id=c["id"], decision_hash=content_hash(row), outcome=classify(c["full"], band, floor),
+        trial_verdict=c["trial"]["verdict"], trial_delta=c["short"]["0.20"], short=c["short"],
+        full={k: c["full"][k] for k in ("target", "ifeval_p", "ifeval_i")},
+        trial_device_hours=round(c["trial"]["cost_ratio"] * c["full"]["device_hours"], 6),
+        full_device_hours=c["full"]["device_hours"])
+    return Cell(c["id"], "retrospective-24", f, features_from_row(noapp), f.nu, outcome)
+
+
+# --- the three studies --------------------------------------------------------------------
+
+
+def retrospective(cells: list[dict], band: float, floor: float) -> dict:
+    """Retrospective-24: directions of the matched-control target effects, and retention."""
+    dirs = {c["id"]: direction(c["matched"]["target"], band) for c in cells}
+    by_family = {fam: {"up": 0, "flat": 0, "down": 0} for fam in FAMILIES}
+    for c in cells:
+        by_family[c["family"]][{1: "up", 0: "flat", -1: "down"}[dirs[c["id"]]]] += 1
+    improving = [c for c in cells if dirs[c["id"]] > 0]
+    return {"direction_counts": {"positive": sum(d > 0 for d in dirs.values()), "neutral": sum(d == 0 for d in dirs.values()),
+                                 "negative": sum(d < 0 for d in dirs.values())},
+            "by_family": by_family, "improving": len(improving),
+            "retention_safe_among_improving": sum(retention_safe(c["matched"]["ifeval_p"], c["matched"]["ifeval_i"], floor)
+                                                  for c in improving)}
+
+
+def audit_study(cells: list[Cell], config: PolicyConfig) -> dict:
+    """Audit-24: every policy over the frozen features, scored against the outcome classes."""
+    scored = score_policies(cells, config)
+    return {"frozen_decisions_hash": content_hash([c.features.model_dump(mode="json") for c in cells]),
+            "cells": {k: sum(c.outcome.outcome == k for c in cells) for k in ("beneficial", "harmful", "neutral")},
+            "policies": scored["policies"], "mcnemar_p": scored["mcnemar_p"],
+            "authorized": {p: [c.candidate_id for c, r in zip(cells, w) if r["authorized"]] for p, w in scored["walks"].items()}}
+
+
+def shortfull(ids: list[str], methods: list[str], short: list[dict], full: list[float], verdicts: list[str],
+              beneficial: list[bool], cost_ratios: list[float], band: float) -> dict:
+    """ShortFull-24: short vs full agreement, rank correlation, and Pass as a detector."""
+    def agree(budget: str) -> int | None:
+        if any(budget not in s for s in short):
+            return None  # this budget was not run for every cell
+        return sum(direction(s[budget], band) == direction(f, band) for s, f in zip(short, full))
+    s20 = [s["0.20"] for s in short]
+    n, k = len(full), agree("0.20")
+    passed = [v == "pass" for v in verdicts]
+    tp = sum(p and b for p, b in zip(passed, beneficial))
+    fp = sum(p and not b for p, b in zip(passed, beneficial))
+    fn = sum(b and not p for p, b in zip(passed, beneficial))
+    by = lambda m: [i for i, x in enumerate(methods) if x == m]  # noqa: E731
+    rho = lambda idx: stats.spearman([s20[i] for i in idx], [full[i] for i in idx]) if len(idx) >= 3 else None  # noqa: E731
+    return {"n": n, "agreement": k / n, "agreement_count": k, "agreement_ci": list(stats.clopper_pearson(k, n)),
+            "spearman": rho(list(range(n))), "spearman_sft": rho(by("sft")), "spearman_grpo": rho(by("grpo")),
+            "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": n - tp - fp - fn},
+            "pass_precision": tp / (tp + fp) if tp + fp else None, "pass_recall": tp / (tp + fn) if tp + fn else None,
+            "median_trial_cost_ratio": statistics.median(cost_ratios),
+            "budget_sensitivity": {b: None if agree(b) is None else agree(b) / n for b in BUDGETS},
+            "sign_reversals": [i for i, s, f in zip(ids, s20, full) if direction(s, band) * direction(f, band) < 0]}
+
+
+def replay_retrospective(path: Path = DATA) -> dict:
+    """All three studies recomputed from the shipped reconstructed cells."""
+    doc = load(path)
+    band, floor, cells = doc["neutral_band_pp"], doc["retention_floor_pp"], doc["cells"]
+    audit_cells = [_cell(c, band, floor) for c in cells]
+    return {
+        "name": doc["name"], "note": doc["note"], "source": str(path),
+        "retrospective": retrospective(cells, band, floor),
+        "audit": audit_study(audit_cells, PolicyConfig(**doc["config"])),
+        "shortfull": shortfull([c["id"] for c in cells], [c["method"] for c in cells], [c["short"] for c in cells],
+                               [c["full"]["target"] for c in cells], [c["trial"]["verdict"] for c in cells],
+                               [a.outcome.outcome == "beneficial" for a in audit_cells],
+                               [c["trial"]["cost_ratio"] for c in cells], band),
+        "cells": [{"id": c["id"], "family": c["family"], "method": c["method"], "target": c["matched"]["target"],
+                   "worse_ifeval": min(c["matched"]["ifeval_p"], c["matched"]["ifeval_i"])} for c in cells],
+    }
+
+
+# --- a recorded run -----------------------------------------------------------------------
+
+
+def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
+    """The same diagnostics from a run directory's records; says which ones lack data."""
+    run = Path(run_dir)
+    if not (run / "decisions.jsonl").is_file():
+        raise BadInput(f"{run} has no decisions.jsonl: pass a run directory written by `agent run`")
+    rep = audit(run)
+    out = {"name": str(run), "audit": {k: rep.get(k) for k in ("ok", "problems", "frozen_decisions_head", "policies", "mcnemar_p")},
+           "missing": []}
+    if not rep["ok"]:
+        out["missing"].append("all diagnostics: the decision ledger does not verify")
+        return out
+    cells = _run_outcomes(run)
+    full = [c for c in cells if {"target", "ifeval_p", "ifeval_i"} <= set(c.full)]
+    if not full:
+        out["missing"].append("retrospective: no full-run effects recorded")
+    else:
+        out["retrospective"] = {"cells": len(full), "positive": sum(direction(c.full["target"], band) > 0 for c in full),
+                                "retention_safe_among_improving": sum(direction(c.full["target"], band) > 0 and
+                                                                      retention_safe(c.full["ifeval_p"], c.full["ifeval_i"], -2.0) for c in full)}
+    paired = [c for c in cells if "0.20" in c.short and "target" in c.full and c.trial_verdict]
+    if len(paired) < 3:
+        out["missing"].append(f"shortfull: {len(paired)} cells have both a 20% short run and a full run (need 3)")
+    else:
+        out["shortfull"] = shortfull([c.candidate_id for c in paired], ["all"] * len(paired), [c.short for c in paired],
+                                     [c.full["target"] for c in paired], [c.trial_verdict for c in paired],
+                                     [c.outcome == "beneficial" for c in paired],
+                                     [c.trial_device_hours / c.full_device_hours for c in paired if c.full_device_hours], band)
+    if not out["audit"]["policies"]:
+        out["missing"].append("audit metrics: no outcomes.jsonl beside the ledger")
+    return out
+
+
+def _run_outcomes(run: Path) -> list[OutcomeCell]:
+    path = run / "outcomes.jsonl"
+    if not path.is_file():
+        return []
+    return list(read_outcomes(path).values())

@@ -1,0 +1,91 @@
+"""The statistics of BCIT.md §10, as thin functions over scipy.stats (no hand-rolled tests).
+
+Exact sign-flip test over paired differences (all 2^n sign assignments), paired t interval,
+exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, exact
+binomial test, Spearman rank correlation. Out of scope: multiple-comparison corrections and
+clustered inference (the seed reports neither).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+from experience_bank.errors import BadInput
+
+MAX_EXACT_PAIRS = 20
+"""2^20 sign assignments is the largest exact enumeration we allow (about a second)."""
+
+
+def _finite(xs: Sequence[float], what: str) -> np.ndarray:
+    arr = np.asarray(xs, dtype=float)
+    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
+        raise BadInput(f"{what} must be a flat list of finite numbers")
+    return arr
+
+
+def sign_flip_test(diffs: Sequence[float]) -> float:
+    """Two-sided exact p of the mean paired difference: every one of the 2^n sign flips."""
+    d = _finite(diffs, "paired differences")
+    if not 1 <= len(d) <= MAX_EXACT_PAIRS:
+        raise BadInput(f"sign-flip test needs 1..{MAX_EXACT_PAIRS} pairs, got {len(d)}")
+    # One sample with permutation_type="samples" is scipy's sign-flip null; n_resamples=inf
+    # makes it enumerate all 2^n assignments exactly.
+    res = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=math.inf,
+                                 alternative="two-sided")
+    return float(res.pvalue)
+
+
+def paired_t_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean of a - b, low, high): the paired t confidence interval."""
+    x, y = _finite(a, "first sample"), _finite(b, "second sample")
+    if len(x) != len(y) or len(x) < 2:
+        raise BadInput(f"paired t interval needs two equal-length samples of at least 2, got {len(x)} and {len(y)}")
+    ci = stats.ttest_rel(x, y).confidence_interval(confidence)
+    return float(np.mean(x - y)), float(ci.low), float(ci.high)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p from the discordant counts b (only first) and c (only second)."""
+    if b < 0 or c < 0:
+        raise BadInput(f"discordant counts must be non-negative, got {b} and {c}")
+    if b + c == 0:
+        return 1.0
+    return float(stats.binomtest(min(b, c), b + c, 0.5).pvalue)
+
+
+def mcnemar_paired(first: Sequence[bool], second: Sequence[bool]) -> tuple[int, int, float]:
+    """(b, c, p) for two paired boolean outcomes over the same cells."""
+    if len(first) != len(second):
+        raise BadInput(f"McNemar needs paired outcomes, got {len(first)} and {len(second)} cells")
+    b = sum(1 for x, y in zip(first, second) if x and not y)
+    c = sum(1 for x, y in zip(first, second) if y and not x)
+    return b, c, mcnemar_exact(b, c)
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact binomial (Clopper–Pearson) interval for k successes of n; (nan, nan) when n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    if not 0 <= k <= n:
+        raise BadInput(f"need 0 <= k <= n, got k={k}, n={n}")
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def binomial_test(k: int, n: int, p: float = 0.5) -> float:
+    """Exact two-sided binomial test p."""
+    if n <= 0 or not 0 <= k <= n:
+        raise BadInput(f"need n >= 1 and 0 <= k <= n, got k={k}, n={n}")
+    return float(stats.binomtest(k, n, p).pvalue)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    a, b = _finite(x, "x"), _finite(y, "y")
+    if len(a) != len(b) or len(a) < 3:
+        raise BadInput(f"Spearman needs two equal-length samples of at least 3, got {len(a)} and {len(b)}")
+    return float(stats.spearmanr(a, b).statistic)
