@@ -28,11 +28,15 @@ def check_dir(model_dir: str | Path) -> Path:
 
 
 def weights_sha256(model_dir: str | Path) -> str:
-    """sha256 over the sorted (name, file sha256) pairs of the safetensors files."""
-    h = hashlib.sha256()
-    for f in sorted(check_dir(model_dir).glob("*.safetensors")):
-        h.update(f"{f.name}\x00{file_sha256(str(f))}\n".encode())
-    return h.hexdigest()
+    """The file's own sha256 for one weights file; for shards, sha256 over `name sha256` lines.
+
+    The same convention as trainers' checkpoint hash and the world's ModelRef, so an
+    EvalIdentity names the same weights as the checkpoint that produced them.
+    """
+    files = sorted(check_dir(model_dir).glob("*.safetensors"))
+    if len(files) == 1:
+        return file_sha256(str(files[0]))
+    return hashlib.sha256("".join(f"{f.name} {file_sha256(str(f))}\n" for f in files).encode()).hexdigest()
 
 
 def chat_template_sha256(tokenizer) -> str:

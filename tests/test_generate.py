@@ -102,3 +102,9 @@ def test_agent_eval_cli_prints_json(tiny, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and out["n_items"] == 3 and isinstance(out["metrics"]["ast_acc"], float)
     assert main(["eval", "--model", str(tmp_path / "missing"), "--suite", "ifeval", "--json"]) == 2
+
+
+def test_weights_hash_is_the_file_hash_for_one_file(tiny):
+    from experience_bank.hashing import file_sha256
+
+    assert models.weights_sha256(tiny) == file_sha256(str(tiny / "model.safetensors"))
