@@ -219,8 +219,8 @@ def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, confi
             "--bank", str(out / "banks" / f"{name}.sqlite")]
     argv += ["--episode-budget", budget] if budget else []
     argv += ["--config", config] if config else []
-    # An unfinished directory is resumed; a fresh one is created by `agent run --out`.
-    argv += ["--resume", str(run_dir)] if run_dir.exists() else ["--out", str(run_dir)]
+    # A started episode (its manifest is frozen) is resumed; otherwise `agent run --out` starts it.
+    argv += ["--resume", str(run_dir)] if (run_dir / "manifest.json").exists() else ["--out", str(run_dir)]
     return argv
 
 

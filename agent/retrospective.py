@@ -205,8 +205,43 @@ def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
     return content_hash(path.read_text(encoding="utf-8"))
 
 
+def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
+    """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
+    from policies.audit import OutcomeCell  # noqa: PLC0415
+
+    lines = [OutcomeCell(
+        candidate_id=c["id"], decision_hash=decision_hashes[c["id"]], outcome=c["outcome_class"],
+        trial_verdict=c["trial_verdict"], trial_delta=c["short"]["0.20"]["target"],
+        short={k: v["target"] for k, v in c["short"].items()},
+        full={"target": c["full"]["target"], "ifeval_p": c["full"]["ifeval"]["prompt_strict"],
+              "ifeval_i": c["full"]["ifeval"]["inst_strict"]},
+        trial_device_hours=c.get("device_hours", {}).get("trial", 0.0),
+        full_device_hours=c.get("device_hours", {}).get("full", 0.0)).model_dump_json() for c in cells]
+    tmp = out / "outcomes.jsonl.tmp"
+    tmp.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    tmp.replace(out / "outcomes.jsonl")
+
+
+def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[str, str]:
+    """decisions.jsonl (policies/audit.py's chained ledger): BCIT's decision per cell from a fresh
+    episode state, with the record and context, written once before any outcome; returns the hashes."""
+    from policies import EpisodeState, PolicyConfig  # noqa: PLC0415
+    from policies.audit import write_ledger_entry  # noqa: PLC0415
+    from policies.authorize import decide  # noqa: PLC0415
+
+    path, cfg, hashes = out / "decisions.jsonl", PolicyConfig(), {}
+    fresh = not path.exists()
+    for card, record in cells:
+        d = decide(record, ctx, "bcit", EpisodeState(), cfg)
+        hashes[card.id] = d.decision_hash
+        if fresh:
+            write_ledger_entry(path, episode_id="retrospective", decision=d, config=cfg, state=EpisodeState(),
+                               record=record, context=ctx)
+    return hashes
+
+
 def run_table(out: Path, cards: list[Any], ports: CellPorts, parent_dir: str, seed: int,
-              features: dict[str, Any]) -> dict[str, Any]:
+              features: dict[str, Any], decision_hashes: dict[str, str] | None = None) -> dict[str, Any]:
     """Every cell (finished ones are skipped); a failing cell is recorded and the others go on."""
     done, failed = [], {}
     for card in cards:
@@ -217,6 +252,8 @@ def run_table(out: Path, cards: list[Any], ports: CellPorts, parent_dir: str, se
         except Exception as exc:  # noqa: BLE001 (one cell's crash must not end the table)
             failed[card.id] = f"{type(exc).__name__}: {exc}"[:500]
     (out / "cells.jsonl").write_text("".join(canonical_json(c) + "\n" for c in done), encoding="utf-8")
+    if decision_hashes:
+        write_outcomes(out, done, decision_hashes)
     summary = summarise_cells(done) if done else {}
     (out / "summary.json").write_text(json.dumps({"summary": summary, "failed": failed}, indent=1, sort_keys=True))
     return {"cells_done": len(done), "cells_failed": len(failed), "failed": failed, "summary": summary}
@@ -283,4 +320,5 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
         "kind": "retrospective", "world": f"{size}-{world.recipe_sha256[:12]}", "seed": seed,
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "control": "the untrained base model on the same items"}, indent=1))
-    return run_table(out, cards, ports or WorldPorts(size), world.base_dir, seed, features)
+    hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
+    return run_table(out, cards, ports or WorldPorts(size), world.base_dir, seed, features, hashes)

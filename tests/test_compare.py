@@ -77,6 +77,7 @@ policy, seed = args[args.index("--policy") + 1], int(args[args.index("--seed") +
 run_dir = Path(args[args.index("--out") + 1] if "--out" in args else args[args.index("--resume") + 1])
 if policy == "broken":
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "manifest.json").write_text("{}")  # started, then crashed: the next call resumes it
     sys.exit("broken policy: simulated crash")
 gain = {"good": 4.0, "meh": 1.0}[policy] + seed
 def suite(v):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent import retrospective as R
+from experience_bank.hashing import content_hash
 from experience_bank.records import FieldScores
 from policies.features import assemble
 
@@ -97,7 +98,7 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     out = tmp_path / "retro"
     sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
     ports = FakePorts()
-    res = R.run_table(out, cards, ports, str(base), 0, feats)
+    res = R.run_table(out, cards, ports, str(base), 0, feats, {c.id: content_hash(c.id) for c in cards})
     assert res["cells_done"] == 2 and list(res["failed"]) == ["BAD"]
     s01 = json.loads((out / "cells" / "S01" / "cell.json").read_text())
     assert s01["full"]["target"] == pytest.approx(4.0) and s01["short"]["0.20"]["target"] == pytest.approx(0.8)
@@ -106,6 +107,10 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     assert g01["outcome_class"] == "harmful" and g01["trial_verdict"] == "inconclusive"  # -0.6 pp at 20%
     lines = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
     assert [x["id"] for x in lines] == ["S01", "G01"] and lines[0]["features"]["candidate_id"] == "S01"
+    from policies.audit import OutcomeCell
+    cells = [OutcomeCell.model_validate_json(x) for x in (out / "outcomes.jsonl").read_text().splitlines()]
+    assert [(c.candidate_id, c.outcome, c.full["target"]) for c in cells] == [("S01", "beneficial", 4.0),
+                                                                               ("G01", "harmful", -3.0)]
     # resume: finished cells are not trained again; the frozen features are unchanged
     n = len(ports.trained)
     R.run_table(out, cards, ports, str(base), 0, feats)
