@@ -178,3 +178,84 @@ def _run_outcomes(run: Path) -> list[OutcomeCell]:
     if not path.is_file():
         return []
     return list(read_outcomes(path).values())
+
+
+# --- report.md and figures ----------------------------------------------------------------
+
+
+def _pct(x) -> str:
+    # Half-up at one decimal, as the paper prints (0.3125 -> 31.3%, not float-formatting's 31.2%).
+    return "n/a" if x is None else f"{round(100 * x + 1e-9, 1):.1f}%"
+
+
+def _markdown(r: dict) -> str:
+    lines = [f"# Replay: {r['name']}", ""]
+    if "note" in r:
+        lines += [f"> {r['note']}", ""]
+    if "retrospective" in r and "direction_counts" in r["retrospective"]:
+        rt = r["retrospective"]
+        lines += ["## Retrospective-24", f"- target direction: {rt['direction_counts']}",
+                  *[f"- {fam}: {v}" for fam, v in rt["by_family"].items()],
+                  f"- retention-safe among improving: {rt['retention_safe_among_improving']} of {rt['improving']}", ""]
+    pols = r.get("audit", {}).get("policies") or {}
+    if pols:
+        lines += ["## Audit", "| policy | HER | BCov | harmful share | HER 95% CI | budget on harmful (device-h) |", "|---|---|---|---|---|---|"]
+        for name, m in pols.items():
+            ci = "n/a" if m["her_ci"] is None else f"[{100 * m['her_ci'][0]:.1f}, {100 * m['her_ci'][1]:.1f}]"
+            lines.append(f"| {name} | {_pct(m['her'])} | {_pct(m['bcov'])} | {_pct(m['harmful_share'])} | {ci} | {m['budget_spent_harmful']:.2f} |")
+        lines.append("")
+    if "shortfull" in r:
+        sf = r["shortfull"]
+        lines += ["## ShortFull", f"- agreement {_pct(sf['agreement'])} ({sf['agreement_count']}/{sf['n']}), 95% CI "
+                  f"[{_pct(sf['agreement_ci'][0])}, {_pct(sf['agreement_ci'][1])}]",
+                  f"- Spearman {sf['spearman']:.3f} (SFT {sf['spearman_sft'] or float('nan'):.3f}, GRPO {sf['spearman_grpo'] or float('nan'):.3f})",
+                  f"- Pass detector: {sf['confusion']}, precision {_pct(sf['pass_precision'])}, recall {_pct(sf['pass_recall'])}",
+                  f"- median trial cost {_pct(sf['median_trial_cost_ratio'])} of full; budget sensitivity {sf['budget_sensitivity']}",
+                  f"- sign reversals: {', '.join(sf['sign_reversals']) or 'none'}", ""]
+    lines += [f"- missing: {m}" for m in r.get("missing", [])]
+    return "\n".join(lines) + "\n"
+
+
+def _figures(r: dict, out: Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    rt = r.get("retrospective", {})
+    if "by_family" in rt:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for k, (key, colour) in enumerate((("up", "tab:green"), ("flat", "tab:gray"), ("down", "tab:red"))):
+            ax.bar([i + 0.27 * (k - 1) for i in range(len(FAMILIES))], [rt["by_family"][f][key] for f in FAMILIES],
+                   width=0.27, label=key, color=colour)
+        ax.set_xticks(range(len(FAMILIES)), FAMILIES)
+        ax.set_ylabel("candidates")
+        ax.set_title("Target direction per family")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "target_directions.png", dpi=120)
+        plt.close(fig)
+        written.append(str(out / "target_directions.png"))
+    if r.get("cells"):
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        ax.axhspan(-2, 2, color="tab:blue", alpha=0.12, label="[-2, 2] pp")
+        for c in r["cells"]:
+            ax.scatter(c["target"], c["worse_ifeval"], color="tab:orange" if c["method"] == "sft" else "tab:purple", s=18)
+            ax.annotate(c["id"], (c["target"], c["worse_ifeval"]), fontsize=6)
+        ax.set_yscale("symlog", linthresh=2)
+        ax.set_xlabel("target change (pp)")
+        ax.set_ylabel("worse-side IFEval change (pp)")
+        ax.set_title("Target vs retention per cell (orange SFT, purple GRPO)")
+        ax.legend(loc="lower left")
+        fig.tight_layout()
+        fig.savefig(out / "target_vs_ifeval.png", dpi=120)
+        plt.close(fig)
+        written.append(str(out / "target_vs_ifeval.png"))
+    return written
+
+
+def write_report(report: dict, out_dir: str | Path) -> list[str]:
+    """report.md and the two figures (those the data supports) under out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(_markdown(report), encoding="utf-8")
+    return [str(out / "report.md"), *_figures(report, out)]

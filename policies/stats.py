@@ -30,8 +30,8 @@ def _finite(xs: Sequence[float], what: str) -> np.ndarray:
 def sign_flip_test(diffs: Sequence[float]) -> float:
     """Two-sided exact p of the mean paired difference: every one of the 2^n sign flips."""
     d = _finite(diffs, "paired differences")
-    if not 1 <= len(d) <= MAX_EXACT_PAIRS:
-        raise BadInput(f"sign-flip test needs 1..{MAX_EXACT_PAIRS} pairs, got {len(d)}")
+    if not 2 <= len(d) <= MAX_EXACT_PAIRS:
+        raise BadInput(f"sign-flip test needs 2..{MAX_EXACT_PAIRS} pairs, got {len(d)}")
     # One sample with permutation_type="samples" is scipy's sign-flip null; n_resamples=inf
     # makes it enumerate all 2^n assignments exactly.
     res = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=math.inf,
