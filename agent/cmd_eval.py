@@ -1,6 +1,7 @@
 """`agent eval`: score one model on one suite split and print the metrics.
 
     agent eval --model runs/world/base --suite sql/target --split test --n 50 --json
+    agent eval --model ~/models/qwen3-4b --suite function/target --data simple_python --backend vllm
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import tempfile
 
 
 def eval_cmd(args) -> int:
-    from evaluators import evaluate  # heavy imports only when the command runs
+    from evaluators import evaluate, loaders  # heavy imports only when the command runs
 
+    items = {args.suite: loaders.for_suite(args.suite, args.data, args.split, args.n)} if args.data else None
     out_dir = args.out or tempfile.mkdtemp(prefix="agent-eval-")
     results = evaluate(args.model, [args.suite], args.split, out_dir=out_dir, backend=args.backend,
-                       batch_size=args.batch_size, n=args.n, seed=args.seed)
+                       batch_size=args.batch_size, n=args.n, seed=args.seed, items=items)
     res = results[args.suite]
     summary = {"suite": args.suite, "split": args.split, "metrics": res.metrics, "n_items": len(res.items),
                "n_unparseable": res.n_unparseable, "n_unknown": res.n_unknown, "out_dir": str(out_dir),
@@ -43,5 +45,8 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0, help="world seed (items) and generation seed")
     p.add_argument("--out", default=None, help="folder for generations and results (default: a temp folder)")
+    p.add_argument("--data", default=None,
+                   help="real data instead of the world's items: TAT-QA json (finance), BIRD dev folder (sql), "
+                        "BFCL category e.g. simple_python (function), input_data.jsonl or `shipped` (ifeval)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=eval_cmd)

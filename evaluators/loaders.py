@@ -12,6 +12,7 @@ Anything missing or malformed is BadInput naming the expected path and layout.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from pathlib import Path
@@ -150,3 +151,34 @@ def ifeval(path: str | Path | None = None, n: int | None = None) -> list[dict]:
         except (KeyError, TypeError, AttributeError) as exc:
             raise BadInput(f"{path}: bad row ({exc}): expected {layout}") from None
     return out
+
+
+# --- real data in the loop: one loader per suite family, split into disjoint eval roles ---
+
+# Real evaluation sets are small (BIRD dev 1,534, IFEval 541): they hold no train role, and
+# their items are split by the hash of the item id, 30 / 30 / 40 %.
+REAL_BUCKETS = {"validation": range(0, 30), "adoption": range(30, 60), "test": range(60, 100)}
+
+
+def real_split(items: list[dict], split: str) -> list[dict]:
+    if split not in REAL_BUCKETS:
+        raise BadInput(f"real evaluation data has no {split!r} role: use one of {', '.join(REAL_BUCKETS)}")
+    pick = REAL_BUCKETS[split]
+    return [x for x in items if int(hashlib.sha256(x["id"].encode()).hexdigest()[:8], 16) % 100 in pick]
+
+
+def for_suite(suite: str, data: str, split: str, n: int | None = None) -> list[dict]:
+    """Items of `split` for a suite from real data: finance -> TAT-QA json path, sql -> BIRD dev
+    folder, function -> a BFCL category name, ifeval -> input_data.jsonl path or `shipped`."""
+    family = suite.split("/")[0]
+    if family == "finance":
+        items = tatqa(data)
+    elif family == "sql":
+        items = bird(data)
+    elif family == "function":
+        items = bfcl(data)
+    elif family == "ifeval":
+        items = ifeval(None if data == "shipped" else data)
+    else:
+        raise BadInput(f"suite {suite!r} has no real-data loader: only finance, sql, function and ifeval do")
+    return real_split(items, split)[:n]

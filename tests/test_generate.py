@@ -108,3 +108,12 @@ def test_weights_hash_is_the_file_hash_for_one_file(tiny):
     from experience_bank.hashing import file_sha256
 
     assert models.weights_sha256(tiny) == file_sha256(str(tiny / "model.safetensors"))
+
+
+def test_agent_eval_cli_on_real_data(tiny, tmp_path, capsys):
+    from agent.cli import main
+
+    rc = main(["eval", "--model", str(tiny), "--suite", "ifeval", "--data", "shipped", "--split", "test",
+               "--n", "3", "--out", str(tmp_path / "o"), "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["n_items"] == 3 and isinstance(out["metrics"]["prompt_strict"], float)

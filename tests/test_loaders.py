@@ -103,3 +103,16 @@ def test_ifeval_shipped_file_and_user_path(tmp_path):
     assert res.metrics["prompt_strict"] == 50.0 and res.metrics["inst_loose"] == 50.0
     with pytest.raises(BadInput, match="input_data.jsonl not found"):
         loaders.ifeval(tmp_path / "nope" / "input_data.jsonl")
+
+
+def test_real_splits_are_disjoint_and_cover_everything():
+    items = loaders.for_suite("function/target", "simple_python", "test") + \
+        loaders.for_suite("function/target", "simple_python", "validation") + \
+        loaders.for_suite("function/target", "simple_python", "adoption")
+    ids = [x["id"] for x in items]
+    assert len(ids) == len(set(ids)) == 400
+    assert len(loaders.for_suite("ifeval", "shipped", "test", n=5)) == 5
+    with pytest.raises(BadInput, match="no 'train' role"):
+        loaders.for_suite("ifeval", "shipped", "train")
+    with pytest.raises(BadInput, match="no real-data loader"):
+        loaders.for_suite("captrack", "x", "test")
