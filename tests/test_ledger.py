@@ -1,0 +1,72 @@
+"""Budgets, the cost model and the append-only, idempotent ledger."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import given, strategies as st
+
+from experience_bank.errors import BadInput
+from experience_bank.results import TrainResult
+from test_train_world import card
+from trainers.ledger import BudgetExceeded, CostModel, Ledger, parse_budget
+
+
+@pytest.mark.parametrize("text, hours", [("36gpuh", 36.0), ("2.5h", 2.5), ("90m", 1.5), ("1.5gpuh", 1.5), (" 10H ", 10.0)])
+def test_parse_budget(text, hours):
+    assert parse_budget(text) == pytest.approx(hours)
+
+
+@pytest.mark.parametrize("text", ["-3h", "abc", "0", "0h", "1e9h", "99999999gpuh", "", "3 hours", "nanh"])
+def test_parse_budget_refuses_nonsense(text):
+    with pytest.raises(BadInput):
+        parse_budget(text)
+
+
+@given(st.integers(min_value=1, max_value=10**6))
+def test_minutes_are_sixtieths_of_hours(n):
+    assert parse_budget(f"{n}m") == pytest.approx(n / 60)
+
+
+def _result(steps=10, wall=7200.0, continued=0, trial=False):
+    return TrainResult(card_id="T-sft", run_key="k", parent_sha256="a" * 64, checkpoint="/x", checkpoint_sha256="b" * 64,
+                       steps=steps, fraction=0.2 if trial else 1.0, wall_seconds=wall,
+                       log={"continued_from_step": float(continued)}, never_promotable=trial)
+
+
+def test_cost_models():
+    c = card("sft", steps=20)  # 2.0 nominal device-hours
+    nominal, measured = CostModel("nominal", eval_device_hours=0.25), CostModel("measured", devices=4)
+    assert nominal.estimate_run(c, 0.2) == pytest.approx(0.4)
+    assert nominal.estimate_run(c, 1.0, done_fraction=0.2) == pytest.approx(1.6)
+    assert nominal.run_charge(c, _result(steps=4, trial=True)) == pytest.approx(0.4)
+    assert nominal.run_charge(c, _result(steps=20, continued=4)) == pytest.approx(1.6)  # the trial paid for 4
+    assert measured.run_charge(c, _result(wall=1800.0)) == pytest.approx(2.0)  # 0.5 h x 4 devices
+    assert nominal.eval_charge(3, 10.0) == pytest.approx(0.75) and measured.eval_charge(3, 900.0) == pytest.approx(1.0)
+    with pytest.raises(BadInput):
+        CostModel("guess")
+
+
+def test_ledger_is_idempotent_append_only_and_refuses_overspending(tmp_path):
+    path = str(tmp_path / "ledger.db")
+    ledger = Ledger(path)
+    first = ledger.charge("E1", "trial:S01", kind="trial", device_hours=0.4, wall_seconds=12.0)
+    again = ledger.charge("E1", "trial:S01", kind="trial", device_hours=9.9, wall_seconds=99.0)
+    assert again == first and ledger.spent("E1") == pytest.approx(0.4)
+    assert Ledger(path).remaining("E1", 1.0) == pytest.approx(0.6)  # persisted, schema re-opened
+    assert ledger.can_afford("E1", 1.0, 0.6) and not ledger.can_afford("E1", 1.0, 0.61)
+    with pytest.raises(BudgetExceeded) as err:
+        ledger.require("E1", 1.0, 0.7, key="train:S01")
+    assert err.value.remaining == pytest.approx(0.6)
+    ledger.require("E1", 0.1, 5.0, key="trial:S01")  # already charged: re-running it costs nothing
+    for sql in ("UPDATE charges SET device_hours = 0", "DELETE FROM charges"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            ledger.db.execute(sql)
+    assert ledger.spent("E2") == 0.0 and len(ledger.charges("E1")) == 1
+
+
+def test_charge_run_uses_the_cost_model():
+    ledger, c = Ledger(":memory:"), card("sft", steps=20)
+    row = ledger.charge_run("E1", "trial:T", c, _result(steps=4, wall=3.0, trial=True), CostModel("nominal"))
+    assert row["kind"] == "trial" and row["device_hours"] == pytest.approx(0.4) and row["wall_seconds"] == 3.0
