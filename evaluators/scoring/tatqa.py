@@ -42,7 +42,7 @@ def to_number(token: str) -> float | None:
 def _norm_token(token: str) -> str:
     number = to_number(token)
     if number is not None:
-        return f"{number:.2f}"
+        return f"{round(number, 2) + 0.0:.2f}"  # + 0.0 turns -0.0 into 0.0: "-0.00" == "0"
     return token.strip(string.punctuation)
 
 
