@@ -80,28 +80,51 @@ class LedgerAdapter:
 
 
 class RunAudit:
-    """runs/ID/decisions.jsonl and outcomes.jsonl: one canonical JSON line per decision / event,
-    appended once (a re-run of a node finds its line and writes nothing)."""
+    """runs/ID/decisions.jsonl (policies/audit.py's hash-chained ledger, with the frozen inputs)
+    and outcomes.jsonl (its OutcomeCells): one line per decision / outcome, written once (a re-run
+    of a node finds its line by decision hash and writes nothing)."""
 
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path, policy_config, min_gain_pp: float, ifeval_drop_pp: float):
+        self.run_dir, self.policy_config = run_dir, policy_config
+        self.min_gain_pp, self.ifeval_drop_pp = min_gain_pp, ifeval_drop_pp
 
-    def _append(self, name: str, key: str, value: str, body: Any) -> None:
+    def _has(self, name: str, decision_hash: str) -> bool:
         import json
 
         path = self.run_dir / name
-        if path.exists() and any(json.loads(x).get(key) == value for x in path.read_text().splitlines() if x):
+        if not path.exists():
+            return False
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("decision_hash", row.get("decision", {}).get("decision_hash")) == decision_hash:
+                return True
+        return False
+
+    def decision(self, decision, record, context, episode: dict[str, int]) -> None:
+        from policies import EpisodeState
+        from policies.audit import write_ledger_entry
+
+        if self._has("decisions.jsonl", decision.decision_hash):
             return
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(canonical_json(body) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        state = EpisodeState(new_proposals_used=episode["proposals_authorized"], leases_used=episode["leases_used"])
+        write_ledger_entry(self.run_dir / "decisions.jsonl", episode_id=self.run_dir.name, decision=decision,
+                           config=self.policy_config, state=state, record=record, context=context)
 
-    def decision(self, decision) -> None:
-        self._append("decisions.jsonl", "decision_hash", decision.decision_hash, decision)
+    def outcome(self, event, trial_verdict: str | None) -> None:
+        from policies.audit import OutcomeCell, write_outcome
 
-    def outcome(self, event) -> None:
-        self._append("outcomes.jsonl", "seq", event.seq, event)
+        if event.outcome in ("rejected", "not_started") or self._has("outcomes.jsonl", event.decision.decision_hash):
+            return  # nothing was observed: the cell stays undetermined, never guessed
+        gain = next((v for k, v in event.metrics.items() if k.startswith("gain.")), None)
+        if gain is not None:
+            cls = "beneficial" if event.outcome == "promoted" else ("harmful" if gain <= -self.min_gain_pp else "neutral")
+        else:
+            cls = "harmful" if event.metrics.get("trial.delta_val", 0.0) <= -self.min_gain_pp else "neutral"
+        write_outcome(self.run_dir / "outcomes.jsonl", OutcomeCell(
+            candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
+            trial_verdict=trial_verdict if trial_verdict in ("pass", "fail", "inconclusive") else None,
+            trial_delta=event.metrics.get("trial.delta_val"), full={"target": gain} if gain is not None else {},
+            full_device_hours=event.cost_device_hours))
 
 
 def _run_dir(cfg: RunConfig, resume: str | None) -> Path:
@@ -223,9 +246,10 @@ def _context(cfg: RunConfig, run_dir: Path, manifest: dict, world, bank, say) ->
 
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest["library_version"])}
     entries |= {e.hash: e for e in load_proposals(run_dir)}
-    return Ctx(run_dir=run_dir, episode_id=run_dir.name, manifest=manifest, entries=entries,
-               ports=WorldPorts(world, cfg, _allowlist(world, bank)), bank=bank,
-               ledger=LedgerAdapter(run_dir / "ledger.sqlite"), audit=RunAudit(run_dir))
+    ports = WorldPorts(world, cfg, _allowlist(world, bank))
+    return Ctx(run_dir=run_dir, episode_id=run_dir.name, manifest=manifest, entries=entries, ports=ports, bank=bank,
+               ledger=LedgerAdapter(run_dir / "ledger.sqlite"),
+               audit=RunAudit(run_dir, ports.policy_config, cfg.gate_min_gain_pp, cfg.gate_ifeval_drop_pp))
 
 
 @contextmanager

@@ -158,14 +158,12 @@ def authorize(state: State, runtime: Runtime[Ctx]) -> dict:
     episode = {"proposals_authorized": state.get("proposals_authorized", 0),
                "leases_used": state.get("leases_used", 0), "stage": state["stage"]}
 
-    def decide() -> Decision:
-        current = ctx.ports.context(state["parent_dir"], state["parent_sha"], state["stage"])
-        return ctx.ports.authorize(ctx.ports.compile(entry, current), episode)
-
+    current = ctx.ports.context(state["parent_dir"], state["parent_sha"], state["stage"])
     path = ctx.run_dir / "steps" / f"{state['cursor']:03d}-decision.json"
-    decision = once(path, decide, _model_loader(Decision))
+    decision = once(path, lambda: ctx.ports.authorize(ctx.ports.compile(entry, current), episode),
+                    _model_loader(Decision))
     ctx.bank.record_decision(ctx.episode_id, decision)
-    ctx.audit.decision(decision)
+    ctx.audit.decision(decision, entry.record, current, episode)
     new_proposal = decision.features.is_new and decision.action != "reject"
     return {"decision_hash": decision.decision_hash, "action": decision.action, "rule": decision.rule,
             "proposals_authorized": episode["proposals_authorized"] + int(new_proposal), "node": "authorize"}
@@ -326,7 +324,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
                                          ctx.ports.model_ref(state["parent_dir"], state["parent_sha"]), state["stage"])
         if observed is not None:
             ctx.bank.stage_observation(ctx.episode_id, observed)
-    ctx.audit.outcome(event)
+    ctx.audit.outcome(event, state.get("trial_verdict") or None)
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
             "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}

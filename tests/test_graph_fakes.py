@@ -192,10 +192,10 @@ class FakeAudit:
         with open(path, "a") as f:
             f.write(json.dumps({"key": key, "body": body}) + "\n")
 
-    def decision(self, decision):
+    def decision(self, decision, record, context, episode):
         self._append("decisions.jsonl", decision.decision_hash, canonical_json(decision))
 
-    def outcome(self, event):
+    def outcome(self, event, trial_verdict):
         self._append("outcomes.jsonl", str(event.seq), canonical_json(event))
 
 
