@@ -21,7 +21,7 @@ from evaluators.generate import generate
 from evaluators.scoring.suites import SCORER_VERSION, data_sha256, generations_jsonl, parse_generations, score
 
 # per family: enough tokens for the longest gold answer plus slack
-MAX_NEW_TOKENS = {"finance": 48, "sql": 64, "function": 72, "ifeval": 96, "captrack": 48}
+MAX_NEW_TOKENS = {"finance": 48, "sql": 64, "function": 72, "ifeval": 112, "captrack": 48}
 
 
 def _stem(out_dir: Path, suite: str, split: str) -> Path:

@@ -44,8 +44,9 @@ def _years(rng: random.Random) -> tuple[int, int]:
 
 
 def _value(rng: random.Random) -> float:
-    # one decimal keeps numbers short in tokens while making the space large
-    return round(rng.uniform(10, 999), rng.choice((0, 1)))
+    # two-digit values (a quarter with one decimal): arithmetic a 1-5M-parameter model can
+    # learn, while tables x questions x years keep the space far larger than any pool
+    return round(rng.uniform(10, 99), 1) if rng.random() < 0.25 else float(rng.randint(10, 99))
 
 
 def _arith(kind: str, a: float, b: float) -> tuple[float, str, str]:
