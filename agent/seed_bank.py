@@ -281,7 +281,7 @@ def _mean(values) -> float:
 
 # --- helpers over other packages' results ----------------------------------------------------
 
-PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "full_match"}
+PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
 
 
 def _primary(result) -> str:

@@ -78,11 +78,11 @@ RECIPES: dict[str, Recipe] = {
     "test": Recipe(size="test", vocab_size=1024, hidden_size=64, intermediate_size=192,
                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                    max_length=512, mixture=tuple(zip(_MIX, (400, 400, 400, 300, 300))),
-                   steps=120, batch_size=16, learning_rate=2e-3, tokenizer_rows=200),
-    "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=576,
-                      num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
+                   steps=150, batch_size=16, learning_rate=3e-3, tokenizer_rows=200),
+    "default": Recipe(size="default", vocab_size=2048, hidden_size=128, intermediate_size=384,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                       max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 1000, 1000))),
-                      steps=700, batch_size=32, learning_rate=1e-3, tokenizer_rows=1000),
+                      steps=500, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000),
 }
 
 
@@ -177,10 +177,10 @@ def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) ->
 def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
     from evaluators import tasks
 
-    template = json.loads((built_base / "tokenizer_config.json").read_text()).get("chat_template")
-    if template is None:
-        template = (built_base / "chat_template.jinja").read_text()
-    tsha = sha256_text(template)
+    from transformers import AutoTokenizer
+
+    # the same identity evaluators record (sha256 of the loaded tokenizer's template text)
+    tsha = sha256_text(AutoTokenizer.from_pretrained(built_base, local_files_only=True).chat_template)
     model = ModelRef(id=f"world-{recipe.size}/base", sha256=file_sha256(str(built_base / "model.safetensors")),
                      arch="qwen3", chat_template_sha256=tsha)
     datasets = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}
