@@ -2,7 +2,7 @@
 
 `prompts` are chat message lists; every backend renders them with the model's chat template
 and decodes greedily, so a rerun gives the same text (up to backend numerics).
-- transformers (default): batched greedy, left padding, prompts sorted by length so a batch
+- transformers (default, CPU or GPU): batched greedy, left padding, prompts sorted by length so a batch
   wastes little padding; the original order is restored.
 - vllm: optional extra, imported only when chosen.
 - openai: any OpenAI-compatible endpoint (OPENAI_BASE_URL / OPENAI_API_KEY); `model` is the
@@ -30,7 +30,7 @@ def _transformers(model, prompts: list[Messages], batch_size: int, max_new_token
     out: list[str] = [""] * len(texts)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(net.device)
         with torch.no_grad():
             gen = net.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
         for i, row in zip(idx, gen[:, enc["input_ids"].shape[1]:]):

@@ -43,8 +43,9 @@ def chat_template_sha256(tokenizer) -> str:
     return sha256_text(tokenizer.chat_template or "")
 
 
-def load(model_dir: str | Path, dtype: str = "float32"):
-    """(model, tokenizer) in eval mode; the tokenizer pads on the left for batched generation."""
+def load(model_dir: str | Path, dtype: str = "float32", device: str | None = None):
+    """(model, tokenizer) in eval mode on `device` (default: cuda when present, else cpu); the
+    tokenizer pads on the left for batched generation."""
     path = check_dir(model_dir)
     os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: never reach the hub
     import torch
@@ -57,4 +58,5 @@ def load(model_dir: str | Path, dtype: str = "float32"):
         raise BadInput(f"{path} has no chat template: save the tokenizer with one (chat_template.jinja)")
     if tokenizer.pad_token is None:  # decoder-only models often ship none; EOS is masked out anyway
         tokenizer.pad_token = tokenizer.eos_token
-    return model.eval(), tokenizer
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval(), tokenizer
