@@ -117,3 +117,36 @@ def test_agent_eval_cli_on_real_data(tiny, tmp_path, capsys):
                "--n", "3", "--out", str(tmp_path / "o"), "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and out["n_items"] == 3 and isinstance(out["metrics"]["prompt_strict"], float)
+
+
+def test_vllm_backend_is_an_optional_extra(tiny):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    with pytest.raises(BadInput, match="pip install vllm"):
+        generate(str(tiny), [[{"role": "user", "content": "hi"}]], backend="vllm")
+
+
+def test_openai_backend_through_a_fake_client(monkeypatch):
+    import types
+
+    import openai
+
+    seen = []
+
+    class FakeCompletions:
+        def create(self, **kw):
+            seen.append(kw)
+            msg = types.SimpleNamespace(content=kw["messages"][-1]["content"].upper())
+            return types.SimpleNamespace(choices=[types.SimpleNamespace(message=msg)])
+
+    class FakeClient:
+        def __init__(self):
+            self.chat = types.SimpleNamespace(completions=FakeCompletions())
+
+    monkeypatch.setattr(openai, "OpenAI", FakeClient)
+    out = generate("served-model", [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]],
+                   backend="openai", max_new_tokens=5, seed=3)
+    assert out == ["A", "B"]
+    assert seen[0]["temperature"] == 0.0 and seen[0]["max_tokens"] == 5 and seen[0]["model"] == "served-model"

@@ -8,11 +8,12 @@ canonical JSONL.
 
 from __future__ import annotations
 
+import json
 import random
 from functools import lru_cache, partial
 
 from experience_bank.errors import BadInput
-from experience_bank.hashing import canonical_json, content_hash, sha256_text
+from experience_bank.hashing import canonical_json, sha256_text
 from evaluators.tasks import captrack, finance, function, ifeval, sql
 from evaluators.tasks.splits import DEFAULT_N, SPLITS, check_split, draw
 
@@ -37,7 +38,7 @@ _VARIANTS = {
     "sql/target-schema": ("sql/target", lambda seed: partial(sql.make, schemas=sql.TARGET, seed=seed, linked=True)),
     "function/target-random": ("function/target", lambda seed: partial(function.make, variant="target", noise=0.15)),
 }
-DATASET_IDS = tuple(f"{t}/train" if "/" in t else f"{t}/train" for t in TASKS) + tuple(f"{v}/train" for v in _VARIANTS)
+DATASET_IDS = tuple(f"{name}/train" for name in (*TASKS, *_VARIANTS))
 POOL_N = 1000
 
 
@@ -56,7 +57,6 @@ def items(task: str, split: str, seed: int, n: int | None = None) -> list[dict]:
     """The first n items of a task's split (default size per split in splits.DEFAULT_N)."""
     _check_task(task)
     check_split(split)
-    import json
     return [json.loads(x) for x in _items(task, split, seed, n or DEFAULT_N[split])]
 
 
@@ -75,9 +75,8 @@ def _parse_dataset(dataset_id: str) -> tuple[str, object]:
 @lru_cache(maxsize=32)
 def _pool(dataset_id: str, seed: int) -> tuple[str, ...]:
     task, maker = _parse_dataset(dataset_id)
-    if maker is None:
-        rows = [json_item for json_item in _items(task, "train", seed, POOL_N)]
-        pool = [_sft(__import__("json").loads(r)) for r in rows]
+    if maker is None:  # the base pool is exactly the task's train split
+        pool = [_sft(json.loads(row)) for row in _items(task, "train", seed, POOL_N)]
     else:
         # a variant draws its own stream but keeps the base task's split partition
         pool = [_sft(x) for x in draw(task, "train", seed, POOL_N, maker(seed), stream=dataset_id)]
@@ -95,7 +94,6 @@ def _sft(item: dict) -> dict:
 
 
 def _take(dataset_id: str, seed: int, n: int | None) -> list[dict]:
-    import json
     rows = [json.loads(x) for x in _pool(dataset_id, seed)]
     if n is None or n <= len(rows):
         return rows[:n] if n else rows
@@ -115,9 +113,9 @@ def grpo_examples(dataset_id: str, seed: int, n: int | None = None) -> list[dict
 
 
 def dataset_sha256(dataset_id: str, seed: int) -> str:
-    """content_hash over the pool's canonical JSONL (the whole fixed pool, not a sample)."""
+    """sha256 of the pool's canonical JSONL (one canonical_json line per row; the whole fixed pool)."""
     return sha256_text("\n".join(_pool(dataset_id, seed)))
 
 
 __all__ = ["TASKS", "SPLITS", "DATASET_IDS", "items", "split_sha256", "sft_examples", "grpo_examples",
-           "dataset_sha256", "content_hash"]
+           "dataset_sha256"]
