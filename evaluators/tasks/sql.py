@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from experience_bank.hashing import content_hash
+
 FIRST = ("Ada", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jia", "Kai", "Lena", "Milo",
          "Nia", "Otto", "Pia", "Quin", "Rosa", "Sami", "Tara", "Uma", "Vik", "Wren", "Yuri", "Zoe")
 LAST = ("Stone", "Reed", "Hale", "Moss", "Park", "Cole", "Nash", "Frey", "Lund", "Ortiz", "Shaw", "Vega")
@@ -88,15 +90,27 @@ def _rows(db: str, seed: int) -> tuple[list[tuple], list[tuple]]:
 
 
 def world_dir() -> Path:
-    return Path(os.environ.get("AGENT_WORLD_DIR", Path.home() / ".cache" / "posttrain-agent"))
+    """AGENT_WORLD_DIR, else the project's cache (AGENT_CACHE), else ~/.cache/posttrain-agent."""
+    env = os.environ.get("AGENT_WORLD_DIR") or os.environ.get("AGENT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "posttrain-agent"
 
 
 def db_path(db: str, seed: int) -> Path:
-    """Path of the generated database, built on first use (atomic rename: safe in parallel)."""
-    path = world_dir() / "sqlite" / f"seed{seed}" / f"{db}.sqlite"
+    """Path of the generated database, built on first use (atomic rename: safe in parallel).
+
+    The file name carries a hash of the schema and rows, so a generator change can never
+    leave a stale database behind a gold query.
+    """
+    path = world_dir() / "sqlite" / f"seed{seed}" / f"{db}-{_digest(db, seed)}.sqlite"
     if not path.exists():
         _build(SCHEMAS[db], seed, path)
     return path
+
+
+@lru_cache(maxsize=32)
+def _digest(db: str, seed: int) -> str:
+    main, child = _rows(db, seed)
+    return content_hash([SCHEMAS[db].ddl(), [list(r) for r in main], [list(r) for r in child]])[:12]
 
 
 def _build(schema: Schema, seed: int, path: Path) -> None:
