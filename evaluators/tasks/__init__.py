@@ -15,7 +15,7 @@ from functools import lru_cache, partial
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, sha256_text
 from evaluators.tasks import captrack, finance, function, ifeval, sql
-from evaluators.tasks.splits import DEFAULT_N, SPLITS, check_split, draw
+from evaluators.tasks.splits import DEFAULT_N, SPLITS, check_split, draw, interleave
 
 # task -> maker(seed) -> (rng -> (key, prompt, reference))
 _MAKERS = {
@@ -26,9 +26,8 @@ _MAKERS = {
     "function/source": lambda seed: partial(function.make, variant="source"),
     "function/target": lambda seed: partial(function.make, variant="target"),
     "ifeval": lambda seed: ifeval.make,
-    "captrack": lambda seed: partial(captrack.make, seed=seed),
 }
-TASKS = tuple(_MAKERS)
+TASKS = (*_MAKERS, "captrack")
 
 # dataset id -> (task whose train split it draws from, maker override or None)
 _VARIANTS = {
@@ -43,13 +42,17 @@ POOL_N = 1000
 
 
 def _check_task(task: str) -> None:
-    if task not in _MAKERS:
+    if task not in TASKS:
         raise BadInput(f"unknown task {task!r}: expected one of {', '.join(TASKS)}")
 
 
 @lru_cache(maxsize=64)
 def _items(task: str, split: str, seed: int, n: int) -> tuple[str, ...]:
     # cached as canonical JSON so callers can never mutate the cache
+    if task == "captrack":  # stratified: every probe is present in every split
+        per_probe = [draw(task, split, seed, n, partial(captrack.make, seed=seed, probe=p), stream=p, exact=False)
+                     for p in captrack.PROBES]
+        return tuple(canonical_json(x) for x in interleave(per_probe, n))
     return tuple(canonical_json(x) for x in draw(task, split, seed, n, _MAKERS[task](seed)))
 
 

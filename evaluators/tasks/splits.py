@@ -35,8 +35,9 @@ def check_split(split: str) -> None:
         raise BadInput(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
 
 
-def draw(task: str, split: str, seed: int, n: int, make: Maker, stream: str = "") -> list[dict]:
-    """The first n distinct items of `split` in the task's seeded stream."""
+def draw(task: str, split: str, seed: int, n: int, make: Maker, stream: str = "", exact: bool = True) -> list[dict]:
+    """The first n distinct items of `split` in the task's seeded stream (exact=False: at most n,
+    for a stream whose question space may be smaller than n)."""
     check_split(split)
     rng = random.Random(f"{task}|{stream}|{seed}")
     seen: set[str] = set()
@@ -51,4 +52,14 @@ def draw(task: str, split: str, seed: int, n: int, make: Maker, stream: str = ""
                     "messages": [{"role": "user", "content": prompt}], "reference": ref})
         if len(out) == n:
             return out
+    if not exact:
+        return out
     raise BadInput(f"{task}/{split} has fewer than {n} distinct items for seed {seed}: ask for fewer")
+
+
+def interleave(streams: list[list[dict]], n: int) -> list[dict]:
+    """Round-robin over per-stratum lists (a short stratum drops out, the others fill in)."""
+    out: list[dict] = []
+    for row in range(max((len(s) for s in streams), default=0)):
+        out += [s[row] for s in streams if row < len(s)]
+    return out[:n]
