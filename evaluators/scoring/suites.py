@@ -95,15 +95,20 @@ def _ifeval_metrics(known: list[ItemResult]) -> dict[str, float | None]:
             "prompt_loose": _pct([float(r.detail["prompt_loose"]) for r in known]), "inst_loose": _pct(inst("loose"))}
 
 
+def _probe_rate(known: list[ItemResult], probe: str, key: str | None = None) -> float | None:
+    """Share (%) of a probe's items that are correct, or whose detail[key] is true."""
+    rows = [r for r in known if r.detail["probe"] == probe]
+    return _pct([float(r.correct if key is None else r.detail[key]) for r in rows])
+
+
 def _captrack_metrics(known: list[ItemResult]) -> dict[str, float | None]:
-    by = lambda p: [r for r in known if r.detail["probe"] == p]  # noqa: E731
-    ok = lambda p: _pct([float(r.correct) for r in by(p)])  # noqa: E731
-    return {"can_arith": ok("can_arith"), "can_recall": ok("can_recall"), "can_paraphrase": ok("can_paraphrase"),
-            "will_length": ok("will_length"),
-            "will_format_rate": _pct([float(r.detail["markers"]) for r in by("will_format")]),
-            "will_refusal": _pct([float(r.detail["refusal"]) for r in by("will_refusal")]),
-            "how_json_valid": _pct([float(r.detail["json_valid"]) for r in by("how_json")]),
-            "how_json_correct": ok("how_json")}
+    # WILL rates count the behaviour itself (markers, refusals): lower is better there
+    return {"can_arith": _probe_rate(known, "can_arith"), "can_recall": _probe_rate(known, "can_recall"),
+            "can_paraphrase": _probe_rate(known, "can_paraphrase"), "will_length": _probe_rate(known, "will_length"),
+            "will_format_rate": _probe_rate(known, "will_format", "markers"),
+            "will_refusal": _probe_rate(known, "will_refusal", "refusal"),
+            "how_json_valid": _probe_rate(known, "how_json", "json_valid"),
+            "how_json_correct": _probe_rate(known, "how_json")}
 
 
 def generations_jsonl(items: list[dict], generations: list[str]) -> str:
