@@ -1,11 +1,19 @@
 """Evaluators: tasks, generation backends, pure scorers, CapTrack metric specs.
 
-`evaluation.py` holds evaluate()/rescore() (named so that the module never shadows the
-function `evaluators.evaluate`). Heavy imports (torch, transformers) happen only inside
-generation and model loading.
+`evaluate`, `rescore` (evaluators/evaluation.py), `score` and `metric_specs`
+(evaluators/scoring/suites.py) are resolved on first use (PEP 562), so that importing
+`evaluators.tasks` for a CLI parser does not pull in numpy/scipy.
 """
 
-from evaluators.evaluation import evaluate, rescore
-from evaluators.scoring.suites import metric_specs, score
+from importlib import import_module
 
-__all__ = ["evaluate", "rescore", "score", "metric_specs"]
+_LAZY = {"evaluate": "evaluators.evaluation", "rescore": "evaluators.evaluation",
+         "score": "evaluators.scoring.suites", "metric_specs": "evaluators.scoring.suites"}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'evaluators' has no attribute {name!r}")
+    return getattr(import_module(_LAZY[name]), name)
