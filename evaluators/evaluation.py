@@ -18,7 +18,7 @@ from experience_bank.hashing import canonical_json, sha256_text
 from experience_bank.results import EvalIdentity, SuiteResult
 from evaluators import models, tasks
 from evaluators.generate import generate
-from evaluators.scoring.suites import SCORER_VERSION, data_sha256, generations_jsonl, parse_generations, score
+from evaluators.scoring.suites import data_sha256, generations_jsonl, parse_generations, score, scorer_version
 
 # per family: enough tokens for the longest gold answer plus slack
 MAX_NEW_TOKENS = {"finance": 48, "sql": 64, "function": 72, "ifeval": 112, "captrack": 48}
@@ -37,7 +37,7 @@ def _write(stem: Path, items: list[dict], gens: list[str], identity: EvalIdentit
 
 
 def _identity(suite, split, items, model_sha, template_sha, backend, batch_size, max_new, seed) -> EvalIdentity:
-    return EvalIdentity(suite=suite, split=split, data_sha256=data_sha256(items), scorer_version=SCORER_VERSION,
+    return EvalIdentity(suite=suite, split=split, data_sha256=data_sha256(items), scorer_version=scorer_version(suite),
                         model_sha256=model_sha, chat_template_sha256=template_sha, backend=backend,
                         batch_size=batch_size, max_new_tokens=max_new, seed=seed)
 

@@ -112,3 +112,12 @@ def test_metric_specs_cover_captrack_and_ifeval():
     assert names["ifeval.prompt_strict"].group == "HOW"
     assert {f"captrack.{m}" for m in ("can_arith", "can_recall", "can_paraphrase", "will_length", "will_format_rate",
                                       "how_json_valid", "how_json_correct")} <= set(names)
+
+
+def test_scorer_version_names_the_checker():
+    from evaluators.scoring.suites import scorer_version
+
+    items = T.items("ifeval", "test", 0, n=1)
+    res = score("ifeval", items, [""])
+    assert res.identity.scorer_version == scorer_version("ifeval") and "google-ifeval" in scorer_version("ifeval")
+    assert "bfcl-eval" in scorer_version("function/target") and "tatqa" in scorer_version("finance/source")

@@ -61,6 +61,13 @@ def _captrack(ref: dict, text: str, seed: int) -> dict:
 
 JUDGES: dict[str, Callable[[dict, str, int], dict]] = {
     "finance": _finance, "sql": _sql, "function": _function, "ifeval": _ifeval, "captrack": _captrack}
+_COMPONENT = {"finance": tatqa.VERSION, "sql": sql_exec.VERSION, "function": bfcl.VERSION,
+              "ifeval": ifeval_check.VERSION, "captrack": captrack.VERSION}
+
+
+def scorer_version(suite: str) -> str:
+    """The scorer identity stored with every result: this package's version + the suite's checker."""
+    return f"{SCORER_VERSION}:{_COMPONENT[suite.split('/')[0]]}"  # Ident: no "+"
 
 
 def _pct(values: list[float]) -> float | None:
@@ -125,7 +132,7 @@ def offline_identity(suite: str, items: list[dict]) -> EvalIdentity:
     """Identity for scoring outside evaluate(): model and template unknown (zeros)."""
     parts = items[0]["id"].split(":") if items else []
     split = parts[1] if len(parts) > 1 and parts[1] in _SPLITS else "test"
-    return EvalIdentity(suite=suite, split=split, data_sha256=data_sha256(items), scorer_version=SCORER_VERSION,
+    return EvalIdentity(suite=suite, split=split, data_sha256=data_sha256(items), scorer_version=scorer_version(suite),
                         model_sha256="0" * 64, chat_template_sha256="0" * 64, backend="offline", batch_size=1,
                         max_new_tokens=1, seed=0)
 

@@ -20,6 +20,7 @@ import string
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+VERSION = "tatqa-em-f1-v1"
 SCALES = ("", "thousand", "million", "billion", "percent")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _NUMBER = re.compile(r"^\(?-?\$?[\d,]*\.?\d+\)?%?$")
