@@ -62,3 +62,11 @@ def test_order_matters_only_with_order_by(db):
 def test_gold_failure_is_unknown(db):
     assert sql_exec.judge(db, "SELECT 1", "SELECT nope FROM missing")["correct"] is None
     assert sql_exec.extract_sql("```sql\nSELECT 1;\n```") == "SELECT 1"
+
+
+def test_authorizer_denies_load_extension_but_allows_plain_functions(db):
+    import sqlite3
+
+    assert sandbox._authorizer(sqlite3.SQLITE_FUNCTION, None, "load_extension") == sqlite3.SQLITE_DENY
+    assert sandbox._authorizer(sqlite3.SQLITE_FUNCTION, None, "abs") == sqlite3.SQLITE_OK
+    assert sandbox.run(db, "SELECT ABS(-2), UPPER('a'), COUNT(*) FROM products").rows == [(2, "A", 40)]

@@ -6,7 +6,8 @@ Layers, each enough on its own for what it covers:
   denies everything else: ATTACH/DETACH, INSERT/UPDATE/DELETE, DDL, PRAGMA (read-only
   pragmas too — queries do not need them), transactions, VACUUM (incl. VACUUM INTO);
 - SQLITE_LIMIT_ATTACHED = 0, so ATTACH fails even if the authorizer were bypassed;
-- extension loading stays disabled (the Python default; never enabled here);
+- extension loading stays disabled (the Python default; never enabled here) and the
+  authorizer denies the load_extension() function as well;
 - a progress handler aborts a statement after a wall-clock deadline (runaway recursive
   CTEs, cartesian joins), and at most `max_rows` rows are fetched.
 Out of scope: memory exhaustion by a single huge row, and CPU time inside one SQLite
@@ -32,7 +33,14 @@ class Outcome:
     message: str = ""
 
 
-def _authorizer(action, *_args) -> int:
+# functions with side effects outside the database; extension loading is also off at the C
+# level (Python never enables it), this is the second lock
+DENIED_FUNCTIONS = {"load_extension"}
+
+
+def _authorizer(action, arg1, arg2, *_rest) -> int:
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK if action in ALLOWED else sqlite3.SQLITE_DENY
 
 
