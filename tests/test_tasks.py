@@ -70,3 +70,11 @@ def test_bad_names_are_bad_input():
         T.items("sql/source", "dev", 0)
     with pytest.raises(BadInput, match="unknown dataset"):
         T.sft_examples("sql/nope/train", 0)
+
+
+def test_a_function_question_stays_in_one_split_whatever_the_distractors():
+    def questions(split, n):
+        return {x["messages"][0]["content"].split("Query: ")[1] for x in T.items("function/source", split, 0, n=n)}
+    train = questions("train", 1000)
+    for split in ("validation", "adoption", "test"):
+        assert not train & questions(split, 100), split

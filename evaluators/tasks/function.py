@@ -99,4 +99,5 @@ def make(rng: random.Random, variant: str, noise: float = 0.0) -> tuple[str, str
     completion = json.dumps([{"name": doc["name"], "arguments": args}])
     prompt = f"{render_tools(docs, variant)}\nQuery: {question}"
     ref = {"functions": docs, "ground_truth": gold, "category": category, "completion": completion}
-    return f"{variant}|{' '.join(sorted(d['name'] for d in docs))}|{question}", prompt, ref
+    # split by the question; the distractor set only varies items within a split
+    return f"{variant}|{question}||{' '.join(sorted(d['name'] for d in docs))}", prompt, ref

@@ -24,8 +24,13 @@ Maker = Callable[[random.Random], tuple[str, str, dict]]
 
 
 def split_of(task: str, key: str) -> str:
-    """The split a question belongs to, from the hash of (family, key) alone."""
+    """The split a question belongs to, from the hash of (family, key) alone.
+
+    A key may read `question||variation` (e.g. the distractor tools offered): only the part
+    before `||` picks the split, so one question never shows up in two splits in two guises.
+    """
     family = task.split("/")[0]  # source and target of a family share one partition
+    key = key.split("||")[0]
     bucket = int(hashlib.sha256(f"{family}\x00{key}".encode()).hexdigest()[:8], 16) % 100
     return next(name for name, rng in _BUCKETS.items() if bucket in rng)
 
