@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, sha256_text
 from experience_bank.results import EvalIdentity, ItemResult, MetricSpec, SuiteResult
 from evaluators.scoring import bfcl, captrack, ifeval_check, sql_exec, tatqa
@@ -150,7 +151,7 @@ def score(suite: str, items: list[dict], generations: list[str], *, identity: Ev
     """Score stored generations of one suite (pure: same inputs, same result)."""
     family = suite.split("/")[0]
     if family not in JUDGES:
-        raise ValueError(f"unknown suite {suite!r}")
+        raise BadInput(f"unknown suite {suite!r}: expected a suite of {', '.join(JUDGES)}")
     identity = identity or offline_identity(suite, items)
     results = [_judge_one(JUDGES[family], it, g, identity.seed) for it, g in zip(items, generations, strict=True)]
     return SuiteResult(identity=identity, generations_sha256=sha256_text(generations_jsonl(items, generations)),
