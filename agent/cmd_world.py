@@ -22,6 +22,7 @@ def register(sub) -> None:
     build = wsub.add_parser("build", help="build (or load from the cache) the base model; e.g. `agent world build --size test`")
     build.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
     build.add_argument("--json", action="store_true", help="print the World manifest as JSON")
+    build.add_argument("--threads", type=int, default=None, help="torch threads (use 1 when other jobs share the CPU)")
     build.set_defaults(func=cmd_build)
 
     seed = wsub.add_parser("seed-bank", help="build L(0) from real source-context runs; "
@@ -29,6 +30,7 @@ def register(sub) -> None:
     seed.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
     seed.add_argument("--bank", required=True, help="bank file to import the records into (created if missing)")
     seed.add_argument("--cards", default=None, help="comma-separated card ids (default: the whole catalogue)")
+    seed.add_argument("--threads", type=int, default=None, help="torch threads (use 1 when other jobs share the CPU)")
     seed.set_defaults(func=cmd_seed_bank)
 
 
@@ -52,7 +54,7 @@ def cmd_build(args) -> int:
 
     t0 = time.monotonic()
     with _bar(f"world {args.size}") as progress:
-        world = ensure_world(args.size, progress=progress)
+        world = ensure_world(args.size, progress=progress, threads=args.threads)
     if args.json:
         print(world.to_json())
     else:
@@ -68,9 +70,9 @@ def cmd_seed_bank(args) -> int:
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()
     with _bar(f"world {args.size}") as progress:
-        world = ensure_world(args.size, progress=progress)
+        world = ensure_world(args.size, progress=progress, threads=args.threads)
     with _bar("seed bank") as progress:
-        version = build_seed_bank(world, args.bank, progress, cards=cards)
+        version = build_seed_bank(world, args.bank, progress, cards=cards, threads=args.threads)
     print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,
                       "seconds": round(time.monotonic() - t0, 1)}))
     return 0

@@ -141,8 +141,12 @@ def world_dir(size: str, recipe_hash: str) -> Path:
     return cache_root() / "worlds" / f"{size}-{recipe_hash[:12]}"
 
 
-def ensure_world(size: str = "default", *, progress: Progress | None = None) -> World:
-    """The world of this size: loaded from the cache, or built (and cached) when missing."""
+def ensure_world(size: str = "default", *, progress: Progress | None = None, threads: int | None = None) -> World:
+    """The world of this size: loaded from the cache, or built (and cached) when missing.
+
+    `threads` sets torch's intra-op threads for the build (None: torch's default). Pass 1
+    when other CPU jobs share the machine: oversubscribed OpenMP threads spin and made the
+    test build ~5x slower here."""
     if size == "smol":
         from agent.smol import ensure_smol_world
 
@@ -153,6 +157,10 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None) -> 
     manifest = root / "world.json"
     if manifest.exists():
         return World.from_json(manifest.read_text())
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     return _build(recipe, rhash, root, progress)
 
 

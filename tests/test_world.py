@@ -58,7 +58,7 @@ def test_test_world_builds_is_cached_and_loads_offline(cache):
 
     t0 = time.monotonic()
     seen = []
-    world = ensure_world("test", progress=lambda phase, done, total: seen.append((phase, done, total)))
+    world = ensure_world("test", progress=lambda phase, done, total: seen.append((phase, done, total)), threads=1)
     built = time.monotonic() - t0
     assert seen and seen[-1] == ("pretrain", RECIPES["test"].steps, RECIPES["test"].steps)
     assert Path(world.base_dir, "model.safetensors").is_file() and world.root.startswith(str(cache))
