@@ -113,7 +113,7 @@ def build_seed_bank(world: World, bank_path: str | os.PathLike, progress: Progre
     with Bank.init(bank_path) as bank:
         hashes = bank.import_records(records)
         version = bank.current_library_version()
-        if version and sorted(e.hash for e in bank.library_records(version)) == sorted(hashes):
+        if sorted(e.hash for e in bank.library_records(version)) == sorted(hashes):  # already imported
             return version
         return bank.create_library_version(hashes, f"L(0): seed bank of world {world.size}-{world.recipe_sha256[:12]}")
 
@@ -194,7 +194,8 @@ class _Runner:
         from evaluators.rewards import REWARDS
 
         src = source_card(card, self.world, self.size.step_scale)
-        key = f"seed-{card.id}-{content_hash([src, parent_dir, seed])[:12]}"
+        digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])
+        key = f"seed-{card.id}-{digest[:12]}"
         out = self.root / "runs" / key
         result = trainers.train(src, parent_dir, source_examples(src, self.world, parent_dir, seed), out_dir=str(out),
                                 run_key=key, seed=seed, reward_funcs=REWARDS if src.method == "grpo" else None)
@@ -238,7 +239,7 @@ class _Runner:
                                output_protocol=OUTPUT_PROTOCOLS[card.family])
         prov = Provenance(
             model_sha256=parent.sha256, data_sha256=ds,
-            config_sha256=content_hash({"source_card": src, "seeds": [int(n.rsplit("seed", 1)[1]) for n, _ in runs],
+            config_sha256=content_hash({"source_card": src.model_dump(mode="json"), "seeds": [int(n.rsplit("seed", 1)[1]) for n, _ in runs],
                                         "size": self.size.__dict__}),
             eval_sha256=content_hash(gens),
             artefacts=tuple(f"{artefact_prefix(self.world)}/{n}" for n in evals), produced_by=PRODUCED_BY)
