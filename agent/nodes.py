@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,8 +79,16 @@ def _card(ctx: Ctx, state: State) -> CandidateCard:
 def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str) -> dict[str, SuiteResult]:
     """Evaluate a model on a split once per episode (cached and charged under its hash)."""
     out = ctx.run_dir / "evals" / f"{model_sha[:16]}-{split}"
-    results = once(out / "results.json", lambda: ctx.ports.evaluate(model_dir, split, str(out)), _suites_loader)
-    _charge(ctx, f"eval:{model_sha}:{split}", ctx.manifest["cost"]["eval_device_hours"], 0.0,
+
+    def timed() -> dict[str, SuiteResult]:
+        start = time.monotonic()
+        results = ctx.ports.evaluate(model_dir, split, str(out))
+        _write_atomic(out / "wall.json", json.dumps({"wall_seconds": round(time.monotonic() - start, 3)}))
+        return results
+
+    results = once(out / "results.json", timed, _suites_loader)
+    wall = json.loads((out / "wall.json").read_text())["wall_seconds"]
+    _charge(ctx, f"eval:{model_sha}:{split}", ctx.manifest["cost"]["eval_device_hours"], wall,
             f"evaluate {model_sha[:12]} on {split}")
     return results
 
@@ -276,8 +285,9 @@ def _measured(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
         m["wall"] += run.wall_seconds
         m["artefacts"].append(os.path.relpath(run.checkpoint, ctx.run_dir))
     if (step / "verdict.json").exists():
-        m["cost"] += eval_h if ctx.manifest["cost"]["mode"] == "nominal" else 0.0
-        child = _suites_loader((ctx.run_dir / "evals" / f"{run.checkpoint_sha256[:16]}-adoption" / "results.json").read_text())
+        child_dir = ctx.run_dir / "evals" / f"{run.checkpoint_sha256[:16]}-adoption"
+        m["cost"] += _hours(ctx, eval_h, json.loads((child_dir / "wall.json").read_text())["wall_seconds"])
+        child = _suites_loader((child_dir / "results.json").read_text())
         parent = _suites_loader((ctx.run_dir / "evals" / f"{state['parent_sha'][:16]}-adoption" / "results.json").read_text())
         m["metrics"] |= {f"{s}.{k}": v for s, r in child.items() for k, v in r.metrics.items() if v is not None}
         target = ctx.ports.target_metric(card)

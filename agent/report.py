@@ -80,7 +80,7 @@ def ifeval_guard(events: list[Event], manifest: dict) -> list[list[Any]]:
     for e in events:
         vals = {k: v for k, v in e.metrics.items() if k.startswith("ifeval.")}
         if vals:
-            rows.append([e.seq, e.candidate_id] + [f"{k}={v:.1f}" for k, v in sorted(vals.items())] + [e.outcome])
+            rows.append([e.seq, e.candidate_id, ", ".join(f"{k}={v:.1f}" for k, v in sorted(vals.items())), e.outcome])
     return rows or [["–", "no child was evaluated", f"guard: at most {drop} pp below the initial parent", ""]]
 
 
