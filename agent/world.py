@@ -79,10 +79,10 @@ RECIPES: dict[str, Recipe] = {
                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                    max_length=512, mixture=tuple(zip(_MIX, (400, 400, 400, 300, 300))),
                    steps=150, batch_size=16, learning_rate=3e-3, tokenizer_rows=200),
-    "default": Recipe(size="default", vocab_size=2048, hidden_size=128, intermediate_size=384,
-                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+    "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=512,
+                      num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
                       max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 1000, 1000))),
-                      steps=500, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000),
+                      steps=800, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000),
 }
 
 
