@@ -130,7 +130,7 @@ def seed_records(world: World, progress: Progress | None = None, *,
     if cache.exists():
         return [parse_record(line) for line in cache.read_text().splitlines() if line.strip()]
     t0 = time.monotonic()
-    runner = _Runner(world, progress, total=sum(_runs(c) for c in chosen) + 2 + (1 if STAGE1 & {c.id for c in chosen} else 0))
+    runner = _Runner(world, progress, total=sum(_runs(c) for c in chosen))  # ticks once per intervention run
     records = [runner.record(card) for card in chosen]
     _write_atomic(cache, "".join(r.model_dump_json() + "\n" for r in records))
     (seed_dir(world) / "timing.json").write_text(json.dumps({"seconds": round(time.monotonic() - t0, 1),
