@@ -74,3 +74,12 @@ def test_test_world_builds_is_cached_and_loads_offline(cache):
     assert model.generation_config.eos_token_id == tok.eos_token_id != tok.pad_token_id
     assert world.model.chat_template_sha256 == sha256_text(tok.chat_template)
     assert {"sql/target/train", "function/target-random/train"} <= set(world.datasets)
+
+
+def test_world_cli_is_registered_and_refuses_unknown_cards(tmp_path, monkeypatch, capsys):
+    from agent.cli import build_parser
+
+    args = build_parser().parse_args(["world", "seed-bank", "--size", "test", "--bank", str(tmp_path / "b.sqlite")])
+    assert args.func.__name__ == "cmd_seed_bank"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["world", "build", "--size", "huge"])
