@@ -64,6 +64,8 @@ GRADE_PLAN = {
 """Frozen before any run: 9 A, 9 B, 6 C (standard recipes and their closest variants are
 the ones a practitioner would have replicated; LoRA / aggressive variants only logged)."""
 STAGE1 = frozenset({"S07", "G07", "S11", "G11"})
+STAGE1_PARENT = ("S01", 0)
+"""(card, seed) of the source run promoted to the stage-1 parent."""
 KAPPA = {"finance": 8.0, "sql": 10.0, "function": 10.0}
 RETENTION_METRICS = ("prompt_strict", "inst_strict")
 REPLICATE_SEEDS = (0, 1)
@@ -167,7 +169,8 @@ class _Runner:
     def parent(self, stage: int) -> tuple[str, ModelRef]:
         if stage == 0:
             return self.world.base_dir, self.world.model
-        child, sha = self.train(self.cards["S01"], self.world.base_dir, seed=0, keep=True)
+        card_id, seed = STAGE1_PARENT
+        child, sha = self.train(self.cards[card_id], self.world.base_dir, seed=seed)
         return child, ModelRef(id=f"world-{self.world.size}/seed-stage1", sha256=sha, arch=self.world.model.arch,
                                chat_template_sha256=self.world.chat_template_sha256)
 
@@ -191,9 +194,8 @@ class _Runner:
         summary.write_text(json.dumps(data, sort_keys=True))
         return data
 
-    def train(self, card: CandidateCard, parent_dir: str, seed: int, keep: bool = False) -> tuple[str, str]:
-        """Train the card's source analogue; returns (child dir, child sha). Children are
-        deleted after evaluation unless `keep` (the stage-1 parent)."""
+    def train(self, card: CandidateCard, parent_dir: str, seed: int) -> tuple[str, str]:
+        """Train the card's source analogue (idempotent by run key); returns (child dir, sha)."""
         import trainers
         from evaluators.rewards import REWARDS
 
@@ -214,7 +216,8 @@ class _Runner:
             return json.loads(out.read_text())
         child, _ = self.train(card, parent_dir, seed)
         data = self.evaluate(child, name, card.family, sample)
-        shutil.rmtree(child, ignore_errors=True)
+        if (card.id, seed) != STAGE1_PARENT or parent_dir != self.world.base_dir:
+            shutil.rmtree(child, ignore_errors=True)  # keep only the stage-1 parent
         return data
 
     # one record
