@@ -78,3 +78,17 @@ def test_outcome_mapping():
         "not_started"
     assert nodes._outcome(base | {"trial_verdict": "pass", "proceed": True, "verdict": "promote"})[0] == "promoted"
     assert nodes._outcome(base | {"action": "train", "verdict": "rollback"})[0] == "rolled_back"
+
+
+def test_progress_display_live_and_quiet(tmp_path):
+    from agent.config import build_config
+    from agent.episode import _display
+
+    ctx, initial, bank = make_ctx(tmp_path)
+    lines = []
+    for quiet in (False, True):
+        with _display(build_config(None, {"quiet": quiet}), ctx, lines.append):
+            ctx.progress("authorize", {"candidate_id": "S02", "action": "validate", "spent_h": 1.5})
+            ctx.progress("validate", {"trial_verdict": "pass"})
+    assert len(lines) == 2 and "S02" in lines[-1] and "trial_verdict=pass" in lines[-1] and "98.500" in lines[-1]
+    bank.close()
