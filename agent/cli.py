@@ -36,8 +36,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+VALUE_FLAGS_THAT_TAKE_NEGATIVES = ("--episode-budget",)
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """`--episode-budget -3h` -> `--episode-budget=-3h`.
+
+    argparse reads a value that starts with '-' as the next option and prints its own
+    two-line usage error; joined, the value reaches our parser, which names the problem.
+    """
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in VALUE_FLAGS_THAT_TAKE_NEGATIVES and token.startswith("-"):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(_join_negative_values(argv))
     try:
         return int(args.func(args))
     except BadInput as exc:

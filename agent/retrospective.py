@@ -262,14 +262,17 @@ def run_table(out: Path, cards: list[Any], ports: CellPorts, parent_dir: str, se
 class WorldPorts:
     """Real runs: trainers.train and evaluators.evaluate on the embedded world."""
 
-    def __init__(self, size: str):
-        self.eval_n, self.ifeval_n = EVAL_N[size]
+    def __init__(self, world: Any):
+        self.world = world
+        self.eval_n, self.ifeval_n = EVAL_N[world.size]
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
         from evaluators import evaluate  # noqa: PLC0415
 
-        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=self.eval_n)
-        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=self.ifeval_n)["ifeval"]
+        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=self.eval_n,
+                          seed=self.world.seed)
+        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=self.ifeval_n,
+                       seed=self.world.seed)["ifeval"]
         key = TARGET_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
@@ -279,12 +282,12 @@ class WorldPorts:
 
     def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
         import trainers  # noqa: PLC0415
-        from evaluators.rewards import REWARDS  # noqa: PLC0415
-        from trainers.data import build_examples  # noqa: PLC0415
+        from agent.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
 
-        result = trainers.train(card, parent_dir, build_examples(card, parent_dir, seed=seed), out_dir=out_dir,
+        rows = card_examples(card, self.world.seed, seed, generate=parent_generator(parent_dir, seed=seed))
+        result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
                                 run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
-                                reward_funcs=REWARDS if card.method == "grpo" else None)
+                                reward_funcs=card_rewards(card))
         return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
                 "sanity_failures": [s.name for s in result.sanity if not s.ok]}
 
@@ -321,4 +324,4 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "control": "the untrained base model on the same items"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
-    return run_table(out, cards, ports or WorldPorts(size), world.base_dir, seed, features, hashes)
+    return run_table(out, cards, ports or WorldPorts(world), world.base_dir, seed, features, hashes)

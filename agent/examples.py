@@ -1,0 +1,53 @@
+"""A card's training rows and reward functions, built the same way everywhere.
+
+The loop, the seed bank, the retrospective and `agent train` all train cards; they must
+see the same data for the same (card, seed), so this is the one place that resolves a
+card's dataset ids to the world's pools (evaluators.tasks), mixes in self-replay generated
+by the frozen parent (CAPTRACK.md §3), and picks the GRPO reward functions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from experience_bank.records import CandidateCard
+
+REPLAY_NEW_TOKENS = 112
+"""Replay completions are answers to short templated prompts: this bounds them."""
+
+
+def card_examples(card: CandidateCard, world_seed: int, seed: int, *,
+                  generate: Callable[[list], list[str]] | None = None) -> list[dict]:
+    """The card's mix sampled from the world's pools, plus replay rows the parent generates.
+
+    `generate(prompts) -> completions` must be the frozen pre-update parent; it is only
+    called when the recipe asks for replay.
+    """
+    from evaluators import tasks
+    from trainers.data import build_examples
+
+    make = tasks.sft_examples if card.method == "sft" else tasks.grpo_examples
+    pools = {m.dataset.id: make(m.dataset.id, world_seed) for m in card.data.mix}
+    if card.data.replay_share == 0.0:
+        return build_examples(card, pools, seed)
+    n = max(1, round(card.data.n_examples * card.data.replay_share))
+    prompts = {e: [x["messages"] for x in tasks.items(e, "train", world_seed, n)] for e in card.data.replay_entries}
+    return build_examples(card, pools, seed, replay_prompts=prompts, generate=generate)
+
+
+def parent_generator(parent_dir: str, *, backend: str = "transformers", batch_size: int = 32,
+                     seed: int = 0) -> Callable[[list], list[str]]:
+    """Greedy generation by the frozen parent, for self-replay rows."""
+    from evaluators.generate import generate
+
+    return lambda prompts: generate(parent_dir, prompts, backend=backend, batch_size=batch_size,
+                                    max_new_tokens=REPLAY_NEW_TOKENS, seed=seed)
+
+
+def card_rewards(card: CandidateCard) -> dict | None:
+    """TRL-form reward functions named by a GRPO card (None for SFT)."""
+    if card.method != "grpo":
+        return None
+    from evaluators.rewards import REWARDS
+
+    return {name: REWARDS[name] for name in card.hparams.rewards}
