@@ -197,14 +197,16 @@ class _Runner:
     def train(self, card: CandidateCard, parent_dir: str, seed: int) -> tuple[str, str]:
         """Train the card's source analogue (idempotent by run key); returns (child dir, sha)."""
         import trainers
-        from evaluators.rewards import REWARDS
+
+        from agent.examples import card_examples, card_rewards, parent_generator
 
         src = source_card(card, self.world, self.size.step_scale)
         digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])
         key = f"seed-{card.id}-{digest[:12]}"
         out = self.root / "runs" / key
-        result = trainers.train(src, parent_dir, source_examples(src, self.world, parent_dir, seed), out_dir=str(out),
-                                run_key=key, seed=seed, reward_funcs=REWARDS if src.method == "grpo" else None)
+        rows = card_examples(src, self.world.seed, seed, generate=parent_generator(parent_dir, seed=seed))
+        result = trainers.train(src, parent_dir, rows, out_dir=str(out), run_key=key, seed=seed,
+                                reward_funcs=card_rewards(src))
         # A run that fails a sanity check (e.g. GRPO with zero reward variance on a weak parent)
         # is still an observation: its child is evaluated like any other and the failed checks
         # are kept in the evaluation summary, never hidden and never turned into a made-up score.
@@ -330,24 +332,6 @@ def source_card(card: CandidateCard, world: World, step_scale: float) -> Candida
     return CandidateCard.model_validate(body)
 
 
-def source_examples(card: CandidateCard, world: World, parent_dir: str, seed: int) -> list[dict]:
-    """Training rows for a source run, built as the loop builds them (agent/nodes_ports.py):
-    the card's mix from the world's pools, plus self-replay the frozen parent generates."""
-    from evaluators import tasks
-    from evaluators.generate import generate
-    from trainers.data import build_examples
-
-    make = tasks.sft_examples if card.method == "sft" else tasks.grpo_examples
-    pools = {m.dataset.id: make(m.dataset.id, world.seed) for m in card.data.mix}
-    if card.data.replay_share == 0.0:
-        return build_examples(card, pools, seed)
-    n = max(1, round(card.data.n_examples * card.data.replay_share))
-    prompts = {e: [x["messages"] for x in tasks.items(e, "train", world.seed, n)] for e in card.data.replay_entries}
-    return build_examples(card, pools, seed, replay_prompts=prompts,
-                          generate=lambda batch: generate(parent_dir, batch, batch_size=32, max_new_tokens=REPLAY_NEW_TOKENS))
-
-
-REPLAY_NEW_TOKENS = 112  # as agent/nodes_ports.py
 
 
 def artefact_prefix(world: World) -> str:
