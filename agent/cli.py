@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from experience_bank.errors import BadInput
@@ -54,7 +55,16 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _quiet_libraries() -> None:
+    """Library progress bars (dataset maps, shard writes) would drown our own progress display
+    and --quiet logs; our commands report progress themselves. A user's explicit setting wins."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(_join_negative_values(argv))
     try:
