@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
+
+from agent.progress import bar
 
 SIZES = ("test", "default", "smol")
 
@@ -34,26 +35,11 @@ def register(sub) -> None:
     seed.set_defaults(func=cmd_seed_bank)
 
 
-@contextmanager
-def _bar(description: str):
-    """A rich progress bar driven by `progress(phase, done, total)` callbacks."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=False) as bar:
-        task = bar.add_task(description, total=None)
-
-        def update(phase: str, done: int, total: int) -> None:
-            bar.update(task, description=f"{description}: {phase}", completed=done, total=total)
-
-        yield update
-
-
 def cmd_build(args) -> int:
     from agent.world import ensure_world
 
     t0 = time.monotonic()
-    with _bar(f"world {args.size}") as progress:
+    with bar(f"world {args.size}") as progress:
         world = ensure_world(args.size, progress=progress, threads=args.threads)
     if args.json:
         print(world.to_json())
@@ -69,9 +55,9 @@ def cmd_seed_bank(args) -> int:
 
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()
-    with _bar(f"world {args.size}") as progress:
+    with bar(f"world {args.size}") as progress:
         world = ensure_world(args.size, progress=progress, threads=args.threads)
-    with _bar("seed bank") as progress:
+    with bar("seed bank") as progress:
         version = build_seed_bank(world, args.bank, progress, cards=cards, threads=args.threads)
     print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,
                       "seconds": round(time.monotonic() - t0, 1)}))

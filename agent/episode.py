@@ -199,12 +199,16 @@ def _world_and_bank(cfg: RunConfig, say):
     from agent.world import ensure_world
     from experience_bank.bank import Bank
 
-    world = ensure_world(cfg.world, progress=None)
+    from agent.progress import reporter
+
+    with reporter(f"world {cfg.world}", cfg.quiet, say) as progress:
+        world = ensure_world(cfg.world, progress=progress)
     if not Path(cfg.bank).exists():
         from agent.seed_bank import build_seed_bank
 
         say(f"building the seed bank of world {cfg.world} at {cfg.bank} (once)")
-        build_seed_bank(world, cfg.bank)
+        with reporter("seed bank", cfg.quiet, say) as progress:
+            build_seed_bank(world, cfg.bank, progress)
     return world, Bank.open(cfg.bank)
 
 

@@ -1,0 +1,47 @@
+"""Progress for long one-time work (world build, seed bank): a rich bar, or log lines.
+
+Both are `progress(phase, done, total)` callbacks, the form agent.world and agent.seed_bank
+report through.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+Progress = Callable[[str, int, int], None]
+
+
+@contextmanager
+def bar(description: str) -> Iterator[Progress]:
+    """A live rich progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      transient=False) as live:
+        task = live.add_task(description, total=None)
+
+        def update(phase: str, done: int, total: int) -> None:
+            live.update(task, description=f"{description}: {phase}", completed=done, total=total)
+
+        yield update
+
+
+@contextmanager
+def lines(description: str, say: Callable[[str], None]) -> Iterator[Progress]:
+    """Log lines for --quiet: each phase's start, every tenth of it, and its end."""
+    seen: dict[str, int] = {}
+
+    def update(phase: str, done: int, total: int) -> None:
+        step = max(1, total // 10)
+        if seen.get(phase) != done and (done in (0, total) or done % step == 0):
+            seen[phase] = done
+            say(f"{description}: {phase} {done}/{total}")
+
+    yield update
+
+
+def reporter(description: str, quiet: bool, say: Callable[[str], None]):
+    """The bar for a terminal, log lines under --quiet."""
+    return lines(description, say) if quiet else bar(description)
