@@ -83,8 +83,9 @@ class RunConfig(BaseModel):
     """Devices a run occupies (measured mode)."""
     eval_device_hours: Annotated[float, Field(ge=0.0, le=1000.0)] = 0.25
     """Nominal device-hours of evaluating one model on one split (all suites)."""
-    max_consecutive_rejections: Annotated[int, Field(ge=1)] = 6
-    """Stop after this many rejections in a row."""
+    max_consecutive_rejections: Annotated[int, Field(ge=1)] = 24
+    """Stop after this many rejections in a row (a rejection costs no compute, so the default
+    lets the whole 24-card catalogue be decided)."""
     max_candidates: Annotated[int, Field(ge=1)] | None = None
     """Stop after deciding this many candidates (None = all)."""
 
