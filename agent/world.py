@@ -184,15 +184,16 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     return _build(recipe, rhash, root, progress)
 
 
-def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) -> World:
+def publish_world(root: Path, make: Callable[[Path], World]) -> World:
+    """Build into a temp dir beside `root` with `make(tmp) -> World`, then rename it into place,
+    so a crash never leaves a half-built world that looks complete. If a concurrent build
+    finished first, keep that one."""
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
-        t0 = time.monotonic()
-        build_base_model(recipe, tmp / "base", progress)
-        world = _describe(recipe, rhash, root, tmp / "base", time.monotonic() - t0)
+        world = make(tmp)
         (tmp / "world.json").write_text(world.to_json())
-        if root.exists():  # a concurrent build finished first: keep the existing one
+        if root.exists():
             shutil.rmtree(tmp)
             return World.from_json((root / "world.json").read_text())
         os.rename(tmp, root)
@@ -200,6 +201,15 @@ def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) ->
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) -> World:
+    def make(tmp: Path) -> World:
+        t0 = time.monotonic()
+        build_base_model(recipe, tmp / "base", progress)
+        return _describe(recipe, rhash, root, tmp / "base", time.monotonic() - t0)
+
+    return publish_world(root, make)
 
 
 def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
