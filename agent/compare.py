@@ -54,10 +54,13 @@ def _adoption_metrics(run_dir: Path, sha: str) -> dict[str, float]:
     return {f"{s}.{k}": v for s, r in data.items() for k, v in r["metrics"].items() if v is not None}
 
 
-def _lines(path: Path) -> list[dict]:
-    """Events of outcomes.jsonl: one Event per line, bare or in the audit writer's {"key", "body"} envelope."""
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
-    return [json.loads(r["body"]) if set(r) == {"key", "body"} else r for r in rows]
+def _events(manifest: dict) -> list[dict]:
+    """The episode's executed events, from its own bank's hash-chained history (the run
+    directory's outcomes.jsonl holds audit outcome cells, not events)."""
+    from experience_bank.bank import Bank
+
+    with Bank.open(manifest["config"]["bank"]) as bank:
+        return [e.model_dump(mode="json") for e in bank.events(manifest["episode_id"])]
 
 
 def _manifest_value(manifest: dict, dotted: str) -> Any:
@@ -83,7 +86,7 @@ def _authorized(event: dict) -> bool:
 def read_episode(run_dir: Path) -> dict[str, Any]:
     """The recorded results of one finished episode as a plain EpisodeResult dict."""
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    events = sorted(_lines(run_dir / "outcomes.jsonl"), key=lambda e: e["seq"])
+    events = sorted(_events(manifest), key=lambda e: e["seq"])
     initial_sha = manifest["initial"]["sha256"]
     parent = _adoption_metrics(run_dir, initial_sha)
     initial = dict(parent)

@@ -71,6 +71,7 @@ def test_identical_differences_give_a_zero_width_interval():
 
 FAKE_RUN = r'''
 import json, sys
+TESTS = {tests!r}
 from pathlib import Path
 args = sys.argv[1:]
 policy, seed = args[args.index("--policy") + 1], int(args[args.index("--seed") + 1])
@@ -86,21 +87,33 @@ for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
     d = run_dir / "evals" / f"{sha[:16]}-adoption"
     d.mkdir(parents=True, exist_ok=True)
     (d / "results.json").write_text(json.dumps(suite(v)))
-(run_dir / "steps" / ("d" * 16)).mkdir(parents=True)
-(run_dir / "steps" / ("d" * 16) / "verdict.json").write_text(json.dumps({"child_sha256": "b" * 64}))
+sys.path.insert(0, TESTS)
+import bank_factory as bf
+from experience_bank.bank import Bank
+from experience_bank.records import Event
+def ev(seq, card, action, outcome, cost):
+    return Event(episode_id=run_dir.name, seq=seq, candidate_id=card, decision=bf.decision(card, action),
+                 action=action, cost_device_hours=cost, wall_seconds=1.0, metrics={}, outcome=outcome, reason="")
+bank_path = run_dir.parent / f"{run_dir.name}.sqlite"
+with Bank.init(bank_path) as bank:
+    bank.start_episode(run_dir.name, "f" * 64, 0)
+    events = [ev(0, "S01", "train", "rolled_back", 3.0), ev(1, "S02", "reject", "rejected", 0.0),
+              ev(2, "S03", "train", "promoted", 2.0)]
+    for e in events:
+        bank.append_event(e)
+step = run_dir / "steps" / events[2].decision.decision_hash[:16]
+step.mkdir(parents=True)
+(step / "verdict.json").write_text(json.dumps({"child_sha256": "b" * 64}))
 (run_dir / "manifest.json").write_text(json.dumps({"budget_device_hours": 10.0, "initial": {"sha256": "a" * 64},
-                                                   "library_version": 1}))
-ev = lambda seq, action, outcome, cost, dh: {"seq": seq, "action": action, "outcome": outcome, "cost_device_hours": cost,
-    "metrics": {}, "reason": "", "decision": {"decision_hash": dh * 64}}
-(run_dir / "outcomes.jsonl").write_text("\n".join(json.dumps(e) for e in [
-    ev(0, "train", "rolled_back", 3.0, "c"), ev(1, "reject", "rejected", 0.0, "e"), ev(2, "train", "promoted", 2.0, "d")]))
+                                                   "library_version": 1, "episode_id": run_dir.name,
+                                                   "config": {"bank": str(bank_path)}}))
 (run_dir / "report.md").write_text("done")
 '''
 
 
 def test_runner_isolates_a_failing_job_and_resumes(tmp_path):
     script = tmp_path / "fake_run.py"
-    script.write_text(FAKE_RUN)
+    script.write_text(FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
     calls = []
 
     def argv_for(out, p, s):

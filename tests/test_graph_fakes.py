@@ -248,7 +248,8 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5):
             "budget_device_hours": budget_h, "trial_fraction": 0.2, "fallback_lease": 1,
             "cost": {"mode": "nominal", "devices": 1, "eval_device_hours": 0.25},
             "stop": {"max_consecutive_rejections": max_rejections, "max_candidates": None},
-            "initial": {"dir": str(base), "sha256": base_sha}, "library_version": bank.current_library_version()}))
+            "initial": {"dir": str(base), "sha256": base_sha}, "library_version": bank.current_library_version(),
+            "episode_id": "E-fake", "config": {"bank": str(run_dir / "bank.sqlite")}}))
     manifest = json.loads(frozen.read_text())
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest["library_version"])}
     manifest_hash = content_hash(manifest)
