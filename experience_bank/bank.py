@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 from pydantic import TypeAdapter, ValidationError
 from sqlite_utils import Database
 
-from experience_bank import integrity, migrations
+from experience_bank import hashing, integrity, migrations
 from experience_bank.consolidate import NOISE_PP, conflicted_hashes, plan
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, chain_hash, content_hash, sha256_text
@@ -67,7 +67,7 @@ def _check(adapter: TypeAdapter, value: object, what: str) -> None:
 
 def decision_hash(decision: Decision) -> str:
     """sha256 of the canonical JSON of every field of a decision except decision_hash."""
-    return content_hash(decision.model_dump(mode="json", exclude={"decision_hash"}))
+    return hashing.decision_hash(decision.model_dump(mode="json"))
 
 
 class Bank:

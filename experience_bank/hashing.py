@@ -37,6 +37,12 @@ def content_hash(obj: Any) -> str:
     return sha256_text(canonical_json(obj))
 
 
+def decision_hash(fields: dict) -> str:
+    """A Decision's own hash: canonical JSON of every field but `decision_hash` (the one
+    definition the authorizer, the bank and the audit all use)."""
+    return content_hash({k: v for k, v in fields.items() if k != "decision_hash"})
+
+
 def chain_hash(prev_hash: str, body_hash: str) -> str:
     """Link of an append-only chain: the 0x00 separator keeps (prev, body) unambiguous."""
     return hashlib.sha256(prev_hash.encode() + b"\x00" + body_hash.encode()).hexdigest()

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from experience_bank.errors import BadInput
-from experience_bank.hashing import content_hash
+from experience_bank.hashing import content_hash, decision_hash
 from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal
 from policies.features import compile as compile_features
 
@@ -179,11 +179,6 @@ def _policy(name: str) -> Policy:
     if name not in POLICIES:
         raise BadInput(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
     return POLICIES[name]
-
-
-def decision_hash(fields: dict) -> str:
-    """sha256 of the canonical JSON of a decision's fields other than decision_hash."""
-    return content_hash({k: v for k, v in fields.items() if k != "decision_hash"})
 
 
 def authorize(features: Features, policy: str, state: EpisodeState, config: PolicyConfig) -> Decision:
