@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import Field, ValidationError
-from scipy.stats import binomtest
 
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen, Ident
 from experience_bank.results import (
     GateCheck, GateVerdict, Group, MetricSpec, SanityCheck, Severity, SuiteResult,
 )
+from policies.stats import mcnemar_exact
 
 Results = Mapping[str, SuiteResult]
 SEVERITIES: tuple[Severity, ...] = ("none", "mild", "moderate", "severe", "catastrophic")
@@ -72,14 +72,6 @@ def gate_config(mapping: Mapping | None) -> GateConfig:
 
 
 # --- small statistics ------------------------------------------------------------------
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Exact two-sided McNemar p: a binomial test of b discordant pairs out of b + c at 1/2."""
-    # policies/stats.py was not in the tree when this was written; scipy does the arithmetic.
-    if b + c == 0:
-        return 1.0
-    return float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
 
 
 def discordant(before: SuiteResult, after: SuiteResult) -> tuple[int, int, int]:
