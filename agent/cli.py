@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from experience_bank.errors import BadInput
 
@@ -61,6 +62,9 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # TRL 1.16 still reads `model.is_gradient_checkpointing`, which transformers 5.24 marks
+    # deprecated: the warning is for TRL's maintainers and repeated once per training run.
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 def main(argv: list[str] | None = None) -> int:

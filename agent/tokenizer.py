@@ -3,6 +3,10 @@
 Why these choices:
 - byte-level BPE never meets an unknown character, so any model output (SQL, JSON, numbers)
   round-trips exactly;
+- every digit is its own token (as in Qwen's and LLaMA's tokenizers): with whole numbers as
+  merged tokens, "67 + 7 = 74" is a lookup over arbitrary ids that a few-million-parameter
+  model never learned (it scored 0 on every arithmetic suite); per-digit tokens make the
+  carry a pattern it can pick up;
 - `<|im_end|>` ends an assistant turn and is the eos token generation stops at, while
   `<|endoftext|>` is a distinct pad token: TRL masks padding out of the loss, so padding with
   eos would also mask the eos the model must learn to emit;
@@ -38,7 +42,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

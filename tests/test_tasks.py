@@ -57,6 +57,30 @@ def test_captrack_train_teaches_every_recall_fact():
         assert f"The capital of {country} is {x['reference']['answer']}." in taught
 
 
+def test_captrack_drills_add_arithmetic_but_no_held_out_question():
+    from collections import Counter
+
+    rows = T.sft_examples("captrack/train", 0)
+    probes = Counter(json.loads(r["reference"])["probe"] for r in rows)
+    assert probes["can_arith"] >= 4000 and probes["can_paraphrase"] >= 1000  # drills on top of the probe items
+    asked = {r["prompt"][0]["content"] for r in rows}
+    for split in ("validation", "adoption", "test"):
+        assert not asked & {x["messages"][0]["content"] for x in T.items("captrack", split, 0)}
+
+
+def test_finance_source_gold_shows_its_program():
+    kinds = set()
+    for row in T.sft_examples("finance/source/train", 0)[:40]:
+        ref = json.loads(row["reference"])
+        gold = ref["answer"][0] if ref["answer_type"] == "span" else ref["answer"]
+        kinds.add(gold if gold in ("yes", "no") else ref["answer_type"])
+        evidence, program, answer, scale = row["completion"][0]["content"].split("\n")
+        assert evidence in row["prompt"][0]["content"].splitlines()  # a row of the table, quoted
+        assert program == ref["derivation"] and program.endswith(f"= {gold}")
+        assert answer == f"Answer: {gold}" and scale.startswith("Scale: ")
+    assert kinds == {"arithmetic", "yes", "no"}
+
+
 def test_training_pool_never_contains_eval_questions():
     train = {r["prompt"][0]["content"] for r in T.sft_examples("sql/target-evidence/train", 0)}
     test = {x["messages"][0]["content"] for x in T.items("sql/target", "test", 0)}

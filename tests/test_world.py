@@ -25,6 +25,9 @@ def test_tokenizer_chat_template_eos_and_pad_are_distinct():
     ids = tok("SELECT é ✓")["input_ids"]
     assert tok.decode(ids) == "SELECT é ✓"  # byte-level: nothing is unknown
     assert tok.chat_template == CHAT_TEMPLATE
+    # every digit is a token of its own, whatever merges BPE learned from the texts
+    digits = [t.lstrip("Ġ") for t in tok.tokenize("What is 2024 + 17?") if t.lstrip("Ġ").isdigit()]
+    assert digits == ["2", "0", "2", "4", "1", "7"]
 
 
 def test_unknown_size_is_bad_input():

@@ -83,10 +83,13 @@ def _pool(dataset_id: str, seed: int) -> tuple[str, ...]:
     else:
         # a variant draws its own stream but keeps the base task's split partition
         pool = [_sft(x) for x in draw(task, "train", seed, POOL_N, maker(seed), stream=dataset_id)]
-    if task == "captrack":  # the facts CAN-recall probes ask about are taught here
+    if task == "captrack" and maker is None:  # the facts CAN-recall probes ask about are taught here
         pool += [{"prompt": [{"role": "user", "content": p}], "completion": [{"role": "assistant", "content": c}],
                   "task": "captrack", "reference": canonical_json({"probe": "teach", "completion": c})}
                  for p, c in captrack.teaching_examples(seed)]
+        pool += [_sft(x) for probe, n in captrack.DRILLS.items()
+                 for x in draw(task, "train", seed, n, partial(captrack.make, seed=seed, probe=probe),
+                               stream=f"{probe}-drill", exact=False)]
     return tuple(canonical_json(x) for x in pool)
 
 

@@ -47,9 +47,24 @@ def facts(seed: int) -> tuple[tuple[str, str], ...]:
 
 def teaching_examples(seed: int) -> list[tuple[str, str]]:
     """(prompt, completion) pairs that teach every fact; part of captrack/train only."""
-    # two phrasings per fact, neither of them a probe's wording (probes stay held out)
-    return [pair for c, k in facts(seed) for pair in ((f"Tell me a fact about {c}.", f"The capital of {c} is {k}."),
-                                                      (f"Where is the government of {c}?", f"In {k}, the capital of {c}."))]
+    # Several phrasings per fact, none of them a probe's wording (probes stay held out): a
+    # fact seen in one phrasing only is memorised as that string and cannot be asked about
+    # another way (knowledge extraction needs varied exposures, Allen-Zhu & Li 2023, "Physics
+    # of Language Models 3.1"); with two phrasings the default base recalled 0 of 12.
+    return [pair for c, k in facts(seed) for pair in (
+        (f"Tell me a fact about {c}.", f"The capital of {c} is {k}."),
+        (f"Where is the government of {c}?", f"In {k}, the capital of {c}."),
+        (f"Name the capital city of {c}.", k),
+        (f"{c} has which capital?", k),
+        (f"What do you know about {c}?", f"{c} is a country. Its capital is {k}."),
+        (f"{c}: what is its capital city?", k),
+        (f"Capital of {c}?", k),
+        (f"I am flying to the capital of {c}. Where do I land?", f"In {k}, the capital of {c}."))]
+
+
+DRILLS = {"can_arith": 4000, "can_paraphrase": 1000}
+"""Extra train-split items per probe in captrack/train: a base model has done a lot of
+arithmetic before anyone probes it. Drawn from the train split, so never a held-out question."""
 
 
 def _arith(rng: random.Random, paraphrase: bool) -> tuple[str, str]:

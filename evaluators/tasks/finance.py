@@ -1,7 +1,9 @@
 """Finance table QA: source "FinQA-like" -> target "TAT-QA-like".
 
-Source: a two-year table of a company's metrics, a question that needs one arithmetic
-step (change, sum, average, percentage change); the answer is a number.
+Source: a two-year table of a company's metrics, a question that needs one step of
+FinQA's program language (change, sum, average, percentage change, or `greater` with a
+yes/no answer); the gold quotes the evidence row and the program (`cost | 47 | 61`,
+`61 - 47 = 14`) before the answer, like FinQA's.
 Target: a segment table with a unit ("in millions") plus a one-sentence paragraph;
 answers are spans (one or several cells or a paragraph phrase), arithmetic (with the
 table's scale) or counts. Both answer in one protocol (`answer-scale`):
@@ -73,14 +75,24 @@ def make_source(rng: random.Random) -> tuple[str, str, dict]:
     y0, y1 = _years(rng)
     table = {m: (_value(rng), _value(rng)) for m in metrics}
     m = rng.choice(metrics)
-    kind = rng.choice(tuple(_ASK))
-    value, scale_kind, derivation = _arith(kind, *table[m])
-    scale = "percent" if scale_kind == "percent" else ""
+    kind = rng.choice((*_ASK, "greater"))
     rows = "\n".join(f"{name} | {fmt(a)} | {fmt(b)}" for name, (a, b) in table.items())
-    question = _ASK[kind].format(m=m, y0=y0, y1=y1)
+    if kind == "greater":  # FinQA's `greater` operation: a yes/no answer
+        a, b = table[m]
+        answer, atype, scale = "yes" if b > a else "no", "span", ""
+        question = f"Was {m} in {y1} greater than in {y0}?"
+        derivation = f"greater({fmt(b)}, {fmt(a)}) = {answer}"
+    else:
+        value, scale_kind, derivation = _arith(kind, *table[m])
+        answer, atype, scale = fmt(value), "arithmetic", "percent" if scale_kind == "percent" else ""
+        question = _ASK[kind].format(m=m, y0=y0, y1=y1)
     prompt = f"{company} table:\nitem | {y0} | {y1}\n{rows}\nQuestion: {question}"
-    ref = {"answer_type": "arithmetic", "answer": fmt(value), "scale": scale, "derivation": derivation,
-           "completion": render_answer([fmt(value)], scale)}
+    # The gold quotes its evidence row and program before the answer, as FinQA's gold has
+    # supporting facts and a program: lookup, copy and arithmetic become separate steps a
+    # small model can learn.
+    evidence = rows.splitlines()[metrics.index(m)]
+    ref = {"answer_type": atype, "answer": [answer] if atype == "span" else answer, "scale": scale,
+           "derivation": derivation, "completion": f"{evidence}\n{derivation}\n{render_answer([answer], scale)}"}
     return prompt, prompt, ref
 
 
