@@ -258,7 +258,10 @@ def _context(cfg: RunConfig, run_dir: Path, manifest: dict, world, bank, say) ->
 
 @contextmanager
 def _display(cfg: RunConfig, ctx: Ctx, say):
-    """Live progress (budget left, node, candidate, last verdict); --quiet prints log lines."""
+    """Live progress (budget left, node, candidate, last verdict); --quiet, or stdout that is
+    not a terminal, gets log lines."""
+    from agent.progress import live_display
+
     budget = ctx.manifest["budget_device_hours"]
     seen: dict[str, Any] = {"node": "", "candidate": "", "verdict": "", "spent": 0.0}
 
@@ -273,12 +276,13 @@ def _display(cfg: RunConfig, ctx: Ctx, say):
         for key in ("verdict", "trial_verdict", "action", "stop_reason"):
             if upd.get(key):
                 seen["verdict"] = f"{key}={upd[key]}"
-        if cfg.quiet:
+        if live is None:
             say(line())
         else:
             live.update(Text(line()))
 
-    if cfg.quiet:
+    live = None
+    if not live_display(cfg.quiet):
         ctx.progress = update
         yield
         return

@@ -6,6 +6,7 @@ report through.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -42,6 +43,12 @@ def lines(description: str, say: Callable[[str], None]) -> Iterator[Progress]:
     yield update
 
 
+def live_display(quiet: bool | None) -> bool:
+    """A live display only on a terminal: redirected to a file or a CI log, a live bar leaves
+    one final frame (without its newline), while log lines keep the history."""
+    return not quiet and sys.stdout.isatty()
+
+
 def reporter(description: str, quiet: bool, say: Callable[[str], None]):
-    """The bar for a terminal, log lines under --quiet."""
-    return lines(description, say) if quiet else bar(description)
+    """The bar for a terminal, log lines under --quiet or when stdout is not a terminal."""
+    return bar(description) if live_display(quiet) else lines(description, say)
