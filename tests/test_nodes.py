@@ -80,15 +80,23 @@ def test_outcome_mapping():
     assert nodes._outcome(base | {"action": "train", "verdict": "rollback"})[0] == "rolled_back"
 
 
-def test_progress_display_live_and_quiet(tmp_path):
+def test_progress_display_live_and_quiet(tmp_path, monkeypatch):
+    import agent.progress
     from agent.config import build_config
     from agent.episode import _display
 
     ctx, initial, bank = make_ctx(tmp_path)
-    lines = []
-    for quiet in (False, True):
+
+    def shown(quiet: bool) -> list[str]:
+        lines = []
         with _display(build_config(None, {"quiet": quiet}), ctx, lines.append):
             ctx.progress("authorize", {"candidate_id": "S02", "action": "validate", "spent_h": 1.5})
             ctx.progress("validate", {"trial_verdict": "pass"})
-    assert len(lines) == 2 and "S02" in lines[-1] and "trial_verdict=pass" in lines[-1] and "98.500" in lines[-1]
+        return lines
+
+    quiet, piped = shown(True), shown(False)  # pytest's stdout is not a terminal: lines either way
+    assert quiet == piped and len(quiet) == 2
+    assert "S02" in quiet[-1] and "trial_verdict=pass" in quiet[-1] and "98.500" in quiet[-1]
+    monkeypatch.setattr(agent.progress, "live_display", lambda q: not q)  # as on a terminal
+    assert shown(False) == [] and len(shown(True)) == 2
     bank.close()
