@@ -21,7 +21,6 @@ from agent.state import Entry
 
 PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
 RETENTION = ("prompt_strict", "inst_strict")
-"""Completion length of self-replay examples (the longest retention suite's limit)."""
 
 
 class WorldPorts:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 Progress = Callable[[str, int, int], None]
+"""progress(phase, done, total): called as work advances."""
 
 
 @contextmanager

@@ -40,7 +40,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,9 +52,8 @@ from experience_bank.records import (
 )
 
 from agent.catalogue import applicability, catalogue, catalogue_sha256, runtime_of
+from agent.progress import Progress
 from agent.world import EVAL_PROTOCOL, OUTPUT_PROTOCOLS, World
-
-Progress = Callable[[str, int, int], None]
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -170,7 +169,7 @@ class _Runner:
         if stage == 0:
             return self.world.base_dir, self.world.model
         card_id, seed = STAGE1_PARENT
-        child, sha = self.train(self.cards[card_id], self.world.base_dir, seed=seed)
+        child, sha, _ = self.train(self.cards[card_id], self.world.base_dir, seed=seed)
         return child, ModelRef(id=f"world-{self.world.size}/seed-stage1", sha256=sha, arch=self.world.model.arch,
                                chat_template_sha256=self.world.chat_template_sha256)
 
@@ -194,8 +193,9 @@ class _Runner:
         summary.write_text(json.dumps(data, sort_keys=True))
         return data
 
-    def train(self, card: CandidateCard, parent_dir: str, seed: int) -> tuple[str, str]:
-        """Train the card's source analogue (idempotent by run key); returns (child dir, sha)."""
+    def train(self, card: CandidateCard, parent_dir: str, seed: int) -> tuple[str, str, list[str]]:
+        """Train the card's source analogue (idempotent by run key); returns (child dir, sha,
+        names of the sanity checks it failed)."""
         import trainers
 
         from agent.examples import card_examples, card_rewards, parent_generator
@@ -210,17 +210,16 @@ class _Runner:
         # A run that fails a sanity check (e.g. GRPO with zero reward variance on a weak parent)
         # is still an observation: its child is evaluated like any other and the failed checks
         # are kept in the evaluation summary, never hidden and never turned into a made-up score.
-        self.sanity_failed = [s.name for s in result.sanity if not s.ok]
-        return str(out), result.checkpoint_sha256
+        return str(out), result.checkpoint_sha256, [s.name for s in result.sanity if not s.ok]
 
     def intervention(self, card: CandidateCard, parent_dir: str, seed: int, name: str, sample: str) -> dict:
         out = self.root / "evals" / name / "summary.json"
         if out.exists():
             return json.loads(out.read_text())
-        child, _ = self.train(card, parent_dir, seed)
+        child, _, sanity_failed = self.train(card, parent_dir, seed)
         data = self.evaluate(child, name, card.family, sample)
-        if self.sanity_failed:
-            data["sanity_failed"] = self.sanity_failed
+        if sanity_failed:
+            data["sanity_failed"] = sanity_failed
             out.write_text(json.dumps(data, sort_keys=True))
         if (card.id, seed) != STAGE1_PARENT or parent_dir != self.world.base_dir:
             shutil.rmtree(child, ignore_errors=True)  # keep only the stage-1 parent
@@ -330,8 +329,6 @@ def source_card(card: CandidateCard, world: World, step_scale: float) -> Candida
     body["data"]["n_examples"] = max(1, round(card.data.n_examples * steps / card.budget.steps))
     body["budget"]["steps"] = steps
     return CandidateCard.model_validate(body)
-
-
 
 
 def artefact_prefix(world: World) -> str:

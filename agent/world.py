@@ -56,8 +56,8 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
 
-Progress = Callable[[str, int, int], None]
-"""progress(phase, done, total): called as work advances (a rich bar in the CLI)."""
+from agent.progress import Progress
+
 
 WORLD_FORMAT = "world-v2"
 """Bumped when the build code changes in a way that changes the weights."""
