@@ -196,7 +196,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
 
 
 def _world_and_bank(cfg: RunConfig, say):
-    from agent.world import ensure_world
+    from agent.world.embedded import ensure_world
     from experience_bank.bank import Bank
 
     from agent.progress import reporter
@@ -204,7 +204,7 @@ def _world_and_bank(cfg: RunConfig, say):
     with reporter(f"world {cfg.world}", cfg.quiet, say) as progress:
         world = ensure_world(cfg.world, progress=progress)
     if not Path(cfg.bank).exists():
-        from agent.seed_bank import build_seed_bank
+        from agent.world.seed_bank import build_seed_bank
 
         say(f"building the seed bank of world {cfg.world} at {cfg.bank} (once)")
         with reporter("seed bank", cfg.quiet, say) as progress:
@@ -239,7 +239,7 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: Path, world, bank) -> 
 
 
 def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world module
-    from agent.world import SUITES
+    from agent.world.store import SUITES
 
     return SUITES
 

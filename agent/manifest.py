@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
 
@@ -60,9 +61,7 @@ def freeze(run_dir: Path, manifest: dict[str, Any]) -> None:
         if path.read_text(encoding="utf-8") != text:
             raise BadInput(f"{path} already holds another manifest: use a new --out directory or --resume it")
         return
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def load(run_dir: Path) -> dict[str, Any]:

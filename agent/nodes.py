@@ -20,6 +20,7 @@ from typing import Any, Callable
 from langgraph.runtime import Runtime
 from pydantic import BaseModel
 
+from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import CandidateCard, Decision, Event, parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
@@ -28,23 +29,13 @@ from agent.state import Ctx, State
 # --- keyed results ---------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def once(path: Path, compute: Callable[[], Any], load: Callable[[str], Any]) -> Any:
     """The result stored at `path`, or compute it and store it (atomically) first."""
     if path.exists():
         return load(path.read_text(encoding="utf-8"))
     value = compute()
     plain = {k: v.model_dump(mode="json") for k, v in value.items()} if isinstance(value, dict) else value
-    _write_atomic(path, canonical_json(plain))
+    write_atomic(path, canonical_json(plain))
     return value
 
 
@@ -83,7 +74,7 @@ def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str) -> dict[st
     def timed() -> dict[str, SuiteResult]:
         start = time.monotonic()
         results = ctx.ports.evaluate(model_dir, split, str(out))
-        _write_atomic(out / "wall.json", json.dumps({"wall_seconds": round(time.monotonic() - start, 3)}))
+        write_atomic(out / "wall.json", json.dumps({"wall_seconds": round(time.monotonic() - start, 3)}))
         return results
 
     results = once(out / "results.json", timed, _suites_loader)
@@ -128,7 +119,7 @@ def filter_candidates(state: State, runtime: Runtime[Ctx]) -> dict:
             kept.append(h)
         else:
             dropped[ctx.entries[h].record.card.id] = reason
-    _write_atomic(ctx.run_dir / "filtered.json", canonical_json(dropped))
+    write_atomic(ctx.run_dir / "filtered.json", canonical_json(dropped))
     return {"candidates": kept, "n_dropped": len(dropped), "node": "filter"}
 
 

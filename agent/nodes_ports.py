@@ -16,7 +16,7 @@ from experience_bank.records import (CandidateCard, CurrentContext, Event, Histo
                                      Provenance, RetentionEffect, SourceContext, SourceEvidence)
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from agent.config import RunConfig
-from agent.examples import card_examples, card_rewards, parent_generator
+from agent.world.examples import card_examples, card_rewards, parent_generator
 from agent.state import Entry
 
 PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
@@ -25,7 +25,7 @@ RETENTION = ("prompt_strict", "inst_strict")
 
 class WorldPorts:
     def __init__(self, world: Any, cfg: RunConfig, allow: Any):
-        from agent.world import RUNTIMES, SUITES
+        from agent.world.store import RUNTIMES, SUITES
         from policies import PolicyConfig
 
         self.world, self.cfg, self.allow = world, cfg, allow
@@ -47,7 +47,7 @@ class WorldPorts:
                               output_protocols=dict(self.world.output_protocols))
 
     def executable(self, record: HistoricalRecord | Proposal) -> str | None:
-        from agent.catalogue import runtime_of
+        from agent.world.catalogue import runtime_of
 
         card = record.card
         for mix in card.data.mix:
@@ -117,7 +117,7 @@ class WorldPorts:
                               seed=self.cfg.seed, threads=self.cfg.torch_threads)
 
     def gate(self, card, initial, parent, child, run: TrainResult) -> GateVerdict:
-        from agent.cmd_gate import gate_config_for
+        from agent.cli.gate import gate_config_for
         from evaluators import metric_specs
         from policies.gate import gate
 
@@ -144,7 +144,7 @@ class WorldPorts:
         gain = event.metrics.get(f"gain.{target}", event.metrics.get("trial.delta_val"))
         if gain is None:
             return None
-        from agent.catalogue import runtime_of
+        from agent.world.catalogue import runtime_of
 
         data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
         retention = tuple(RetentionEffect(metric=k.removeprefix("trial.retention."), delta=v)
@@ -169,7 +169,7 @@ class WorldPorts:
                               limit=self.cfg.max_proposals, timeout_s=self.cfg.proposer_timeout_s)(library)
 
     def to_proposal(self, card: CandidateCard) -> Proposal:
-        from agent.catalogue import applicability
+        from agent.world.catalogue import applicability
 
         data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
         return Proposal(card=card, applicability=applicability(card, self.world), provenance=Provenance(

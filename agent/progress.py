@@ -1,6 +1,6 @@
 """Progress for long one-time work (world build, seed bank): a rich bar, or log lines.
 
-Both are `progress(phase, done, total)` callbacks, the form agent.world and agent.seed_bank
+Both are `progress(phase, done, total)` callbacks, the form agent.world and agent.world.seed_bank
 report through.
 """
 

@@ -19,6 +19,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen, Sha256, parse_model
 from experience_bank.results import GateVerdict
@@ -47,21 +48,7 @@ class ParentFile(Frozen):
 
 
 def _write_atomic(run_dir: Path, state: ParentFile) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".parent.", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(state.model_dump_json(indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        os.replace(tmp, run_dir / POINTER)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)  # the old pointer is untouched; drop the orphan
-        raise
-    dfd = os.open(run_dir, os.O_RDONLY)
-    try:
-        os.fsync(dfd)  # make the rename itself durable
-    finally:
-        os.close(dfd)
+    write_atomic(run_dir / POINTER, state.model_dump_json(indent=2) + "\n")
 
 
 def read_pointer(run_dir: str | os.PathLike) -> ParentFile:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash, loads_strict
 from experience_bank.records import CandidateCard, Proposal, parse_model, parse_record
@@ -173,7 +174,5 @@ def load_or_propose(run_dir: Path, produce: Callable[[], list[dict[str, Any]]]) 
     """Ask once per episode; proposals.json is the frozen answer."""
     path = Path(run_dir) / "proposals.json"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(produce(), indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(produce(), indent=1, ensure_ascii=False))
     return load_proposals(run_dir)

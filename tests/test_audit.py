@@ -5,7 +5,7 @@ import json
 from bank_factory import record
 from test_policies_compile import ctx
 
-from agent.cli import main
+from agent.cli.main import main
 from policies import EpisodeState, PolicyConfig, decide, next_state
 from policies.audit import OutcomeCell, audit, write_ledger_entry, write_outcome
 

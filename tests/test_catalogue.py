@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
-from agent.catalogue import applicability, card_ids, catalogue, catalogue_sha256
-from agent.world import World
+from agent.world.catalogue import applicability, card_ids, catalogue, catalogue_sha256
+from agent.world.store import World
 from experience_bank.hashing import sha256_text
 from experience_bank.records import Applicability, CandidateCard, ModelRef
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import compare as C
+from agent.experiments import compare as C
 
 
 def _ep(policy, seed, sql, fin=None, traj=None, **kw):
@@ -143,7 +143,7 @@ def test_runner_isolates_a_failing_job_and_resumes(tmp_path):
 
 
 def test_cli_rejects_unknown_policy(capsys):
-    from agent.cli import main
+    from agent.cli.main import main
 
     assert main(["compare", "--policies", "bcit,nope", "--seeds", "2"]) == 2
     assert "unknown" in capsys.readouterr().err

@@ -8,8 +8,8 @@ import pytest
 from test_gate_factory import SPECS, world
 
 import evaluators
-from agent.cli import main
-from agent.cmd_gate import family_targets
+from agent.cli.main import main
+from agent.cli.gate import family_targets
 
 SCORES = {"initial": {}, "good": {"sql": 50.0}, "forgetful": {"sql": 50.0, "prompt": 57.5}}
 

@@ -95,7 +95,7 @@ def test_evaluate_end_to_end_and_rescore(tiny, tmp_path):
 
 
 def test_agent_eval_cli_prints_json(tiny, tmp_path, capsys):
-    from agent.cli import main
+    from agent.cli.main import main
 
     rc = main(["eval", "--model", str(tiny), "--suite", "function/source", "--split", "validation", "--n", "3",
                "--out", str(tmp_path / "o"), "--json"])
@@ -111,7 +111,7 @@ def test_weights_hash_is_the_file_hash_for_one_file(tiny):
 
 
 def test_agent_eval_cli_on_real_data(tiny, tmp_path, capsys):
-    from agent.cli import main
+    from agent.cli.main import main
 
     rc = main(["eval", "--model", str(tiny), "--suite", "ifeval", "--data", "shipped", "--split", "test",
                "--n", "3", "--out", str(tmp_path / "o"), "--json"])

@@ -2,7 +2,7 @@
 
 import json
 
-from agent.cli import main
+from agent.cli.main import main
 
 
 def test_features_jsonl(tmp_path, capsys):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agent.cli import main
+from agent.cli.main import main
 from policies.replay import replay_retrospective
 
 

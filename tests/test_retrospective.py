@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import retrospective as R
+from agent.experiments import retrospective as R
 from experience_bank.hashing import content_hash
 from experience_bank.records import FieldScores
 from policies.features import assemble
@@ -119,7 +119,7 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
 
 
 def test_cli_needs_execute(capsys):
-    from agent.cli import main
+    from agent.cli.main import main
 
     assert main(["retrospective"]) == 2
     assert "--execute" in capsys.readouterr().err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bank_factory as bf
 from agent.episode import RunAudit
-from agent.cli import main
+from agent.cli.main import main
 from experience_bank.records import CurrentContext
 from policies import EpisodeState, PolicyConfig, decide
 

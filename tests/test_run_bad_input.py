@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cli import main
+from agent.cli.main import main
 from experience_bank.bank import Bank
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.cli.main import main
 from experience_bank.bank import Bank
 from experience_bank.hashing import content_hash
 
@@ -23,8 +23,8 @@ PLAN = {"S05": ("A", 10.0), "S09": ("B", 6.0), "S01": ("C", 1.0)}
 
 
 def crafted_bank(path: Path) -> None:
-    from agent.catalogue import applicability, card_by_id, runtime_of
-    from agent.world import ensure_world
+    from agent.world.catalogue import applicability, card_by_id, runtime_of
+    from agent.world.embedded import ensure_world
     from experience_bank.records import HistoricalRecord, Provenance, SourceContext, SourceEvidence
 
     world = ensure_world("test")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agent.catalogue import card_by_id
-from agent.seed_bank import GRADE_PLAN, KAPPA, evidence_from, source_card
+from agent.world.catalogue import card_by_id
+from agent.world.seed_bank import GRADE_PLAN, KAPPA, evidence_from, source_card
 from test_catalogue import fake_world  # tests/ is on sys.path (rootdir-relative import mode)
 
 
@@ -52,7 +52,7 @@ def test_source_card_swaps_data_for_the_source_task_and_scales_steps():
 
 
 def test_grade_plan_covers_the_catalogue_and_is_frozen():
-    from agent.catalogue import card_ids
+    from agent.world.catalogue import card_ids
 
     assert set(GRADE_PLAN) == set(card_ids())
     assert sorted(GRADE_PLAN.values()).count("A") == 9
@@ -62,8 +62,8 @@ def test_grade_plan_covers_the_catalogue_and_is_frozen():
 def test_seed_bank_on_the_test_world(tmp_path, monkeypatch):
     import time
 
-    from agent.seed_bank import build_seed_bank, seed_records
-    from agent.world import ensure_world
+    from agent.world.seed_bank import build_seed_bank, seed_records
+    from agent.world.embedded import ensure_world
     from experience_bank.bank import Bank
 
     monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))

@@ -19,7 +19,7 @@ def smol_world(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(2)
-    from agent.world import ensure_world
+    from agent.world.embedded import ensure_world
 
     t0 = time.monotonic()
     world = ensure_world("smol")
@@ -28,9 +28,9 @@ def smol_world(tmp_path, monkeypatch):
 
 
 def test_smol_world_converts_scores_and_trains(smol_world, tmp_path):
-    from agent.catalogue import card_by_id
-    from agent.examples import card_examples
-    from agent.world import ensure_world
+    from agent.world.catalogue import card_by_id
+    from agent.world.examples import card_examples
+    from agent.world.embedded import ensure_world
     from evaluators.evaluation import evaluate
     from experience_bank.hashing import file_sha256
     from trainers.run import train

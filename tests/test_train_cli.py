@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agent.cli import main
+from agent.cli.main import main
 from test_train_world import build_parent, card, sft_examples
 
 

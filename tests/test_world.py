@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.tokenizer import CHAT_TEMPLATE, train_tokenizer
-from agent.world import RECIPES, World, recipe_for
+from agent.world.tokenizer import CHAT_TEMPLATE, train_tokenizer
+from agent.world.embedded import RECIPES, recipe_for
+from agent.world.store import World
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
 
@@ -57,7 +58,7 @@ def cache(tmp_path_factory):
 
 
 def test_test_world_builds_is_cached_and_loads_offline(cache):
-    from agent.world import ensure_world, load_base
+    from agent.world.embedded import ensure_world, load_base
 
     t0 = time.monotonic()
     seen = []
@@ -80,7 +81,7 @@ def test_test_world_builds_is_cached_and_loads_offline(cache):
 
 
 def test_world_cli_is_registered_and_refuses_unknown_cards(tmp_path, monkeypatch, capsys):
-    from agent.cli import build_parser
+    from agent.cli.main import build_parser
 
     args = build_parser().parse_args(["world", "seed-bank", "--size", "test", "--bank", str(tmp_path / "b.sqlite")])
     assert args.func.__name__ == "cmd_seed_bank"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard
 from experience_bank.results import TrainResult, TrialResult
@@ -85,7 +86,5 @@ def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
     label, reasons = verdict(delta_val, retention, hard, thresholds, failed_checks(run))
     result = TrialResult(verdict=label, delta_val=float(delta_val), retention_deltas={k: float(v) for k, v in retention.items()},
                          reasons=reasons, train=run)
-    tmp = saved.with_name(f"{TRIAL_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(result.model_dump_json(indent=2))
-    os.replace(tmp, saved)  # atomic: a crash leaves the trial unmeasured, never half-written
+    write_atomic(saved, result.model_dump_json(indent=2))  # a crash leaves the trial unmeasured, never half-written
     return result

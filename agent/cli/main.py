@@ -1,6 +1,6 @@
 """The `agent` command line: a thin layer over library functions.
 
-Each command group lives in its own `agent/cmd_*.py` module with a `register(subparsers)`
+Each command group lives in its own `agent/cli/*.py` module with a `register(subparsers)`
 function; every command returns an exit code. Heavy libraries (torch, transformers, TRL)
 are imported inside the command functions so that `agent --help` stays fast.
 """
@@ -16,14 +16,14 @@ import warnings
 from experience_bank.errors import BadInput
 
 COMMAND_MODULES = (
-    "agent.cmd_bank",      # bank init/import/export/list/show/verify/consolidate
-    "agent.cmd_decide",    # authorize, audit, replay
-    "agent.cmd_world",     # world build, world seed-bank
-    "agent.cmd_eval",      # eval
-    "agent.cmd_train",     # train
-    "agent.cmd_gate",      # gate, profile
-    "agent.cmd_run",       # run
-    "agent.cmd_measure",   # compare, retrospective
+    "agent.cli.bank",      # bank init/import/export/list/show/verify/consolidate
+    "agent.cli.decide",    # authorize, audit, replay
+    "agent.cli.world",     # world build, world seed-bank
+    "agent.cli.eval",      # eval
+    "agent.cli.train",     # train
+    "agent.cli.gate",      # gate, profile
+    "agent.cli.run",       # run
+    "agent.cli.measure",   # compare, retrospective
 )
 
 

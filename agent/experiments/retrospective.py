@@ -282,7 +282,7 @@ class WorldPorts:
 
     def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
         import trainers  # noqa: PLC0415
-        from agent.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
+        from agent.world.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
 
         rows = card_examples(card, self.world.seed, seed, generate=parent_generator(parent_dir, seed=seed))
         result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
@@ -297,7 +297,7 @@ TARGET_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
 
 def base_context(world: Any) -> Any:
     """x_t of every cell: the world's base model at stage 0, everything the world provides."""
-    from agent.world import EVAL_PROTOCOL, FAMILIES, OUTPUT_PROTOCOLS, RUNTIMES  # noqa: PLC0415
+    from agent.world.store import EVAL_PROTOCOL, FAMILIES, OUTPUT_PROTOCOLS, RUNTIMES  # noqa: PLC0415
     from experience_bank.records import CurrentContext  # noqa: PLC0415
 
     return CurrentContext(parent=world.model, stage=0, families=FAMILIES, tasks={f: f"{f}/target" for f in FAMILIES},
@@ -308,9 +308,9 @@ def base_context(world: Any) -> Any:
 def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
                   ports: CellPorts | None = None) -> dict[str, Any]:
     """Build (or resume) the table: freeze every cell's features, then run the cells."""
-    from agent.catalogue import catalogue  # noqa: PLC0415
-    from agent.seed_bank import seed_records  # noqa: PLC0415
-    from agent.world import ensure_world  # noqa: PLC0415
+    from agent.world.catalogue import catalogue  # noqa: PLC0415
+    from agent.world.seed_bank import seed_records  # noqa: PLC0415
+    from agent.world.embedded import ensure_world  # noqa: PLC0415
     from policies import compile as compile_features  # noqa: PLC0415
 
     world = ensure_world(size)

@@ -61,7 +61,7 @@ def _pools_from_files(card: CandidateCard, specs) -> dict[str, list[dict]]:
 
 
 def run(args) -> int:
-    from agent.examples import card_examples, card_rewards, parent_generator
+    from agent.world.examples import card_examples, card_rewards, parent_generator
     from trainers.data import build_examples
     from trainers.run import train
 

@@ -26,7 +26,7 @@ from experience_bank.records import (
 )
 
 if TYPE_CHECKING:
-    from agent.world import World
+    from agent.world.store import World
 
 STEP_SCALE = {"test": 0.25, "default": 1.0, "smol": 0.25}
 """Per-size scale of the nominal steps (device_hours are not scaled: they are the cost model)."""

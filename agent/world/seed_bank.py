@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from experience_bank.records import (
@@ -51,9 +52,9 @@ from experience_bank.records import (
     SourceEvidence, parse_record,
 )
 
-from agent.catalogue import applicability, catalogue, catalogue_sha256, runtime_of
+from agent.world.catalogue import applicability, catalogue, catalogue_sha256, runtime_of
 from agent.progress import Progress
-from agent.world import EVAL_PROTOCOL, OUTPUT_PROTOCOLS, World
+from agent.world.store import EVAL_PROTOCOL, OUTPUT_PROTOCOLS, World
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -137,7 +138,7 @@ def seed_records(world: World, progress: Progress | None = None, *,
     t0 = time.monotonic()
     runner = _Runner(world, progress, total=sum(_runs(c) for c in chosen))  # ticks once per intervention run
     records = [runner.record(card) for card in chosen]
-    _write_atomic(cache, "".join(r.model_dump_json() + "\n" for r in records))
+    write_atomic(cache, "".join(r.model_dump_json() + "\n" for r in records))
     (seed_dir(world) / "timing.json").write_text(json.dumps({"seconds": round(time.monotonic() - t0, 1),
                                                              "records": len(records)}))
     return records
@@ -198,7 +199,7 @@ class _Runner:
         names of the sanity checks it failed)."""
         import trainers
 
-        from agent.examples import card_examples, card_rewards, parent_generator
+        from agent.world.examples import card_examples, card_rewards, parent_generator
 
         src = source_card(card, self.world, self.size.step_scale)
         digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])
@@ -340,11 +341,3 @@ def _copy_artefacts(world: World, bank_dir: Path) -> None:
     src = seed_dir(world) / "evals"
     if src.exists():
         shutil.copytree(src, dest, dirs_exist_ok=True)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

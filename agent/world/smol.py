@@ -63,7 +63,7 @@ def ensure_smol_world(progress=None):
     from evaluators import tasks
     from transformers import AutoTokenizer
 
-    from agent.world import World, cache_root, publish_world
+    from agent.world.store import World, cache_root, publish_world
 
     gguf = gguf_path()
     gsha = file_sha256(str(gguf))

@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def cmd_build(args) -> int:
-    from agent.world import ensure_world
+    from agent.world.embedded import ensure_world
 
     t0 = time.monotonic()
     with bar(f"world {args.size}") as progress:
@@ -50,8 +50,8 @@ def cmd_build(args) -> int:
 
 
 def cmd_seed_bank(args) -> int:
-    from agent.seed_bank import build_seed_bank
-    from agent.world import ensure_world
+    from agent.world.seed_bank import build_seed_bank
+    from agent.world.embedded import ensure_world
 
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()

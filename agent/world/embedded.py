@@ -9,7 +9,7 @@ Cache layout (root: `$AGENT_CACHE`, else `~/.cache/posttrain-agent`):
 
     worlds/<size>-<hash12>/base/        the out-of-the-box parent (safetensors + tokenizer)
     worlds/<size>-<hash12>/world.json   the World manifest (hashes, build seconds)
-    worlds/<size>-<hash12>/seed-bank/   L(0), built by agent.seed_bank
+    worlds/<size>-<hash12>/seed-bank/   L(0), built by agent.world.seed_bank
 
 Everything is written to a temporary sibling and renamed into place, so a crash never
 leaves a half-built world that looks complete. Loading never touches the hub.
@@ -57,17 +57,12 @@ from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
 
 from agent.progress import Progress
+from agent.world.store import EVAL_PROTOCOL, OUTPUT_PROTOCOLS, World, cache_root, publish_world, world_dir
 
 
 WORLD_FORMAT = "world-v2"
 """Bumped when the build code changes in a way that changes the weights."""
 
-FAMILIES = ("finance", "sql", "function")
-OUTPUT_PROTOCOLS = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
-RUNTIMES = ("trl-sft", "trl-grpo", "peft-lora")
-EVAL_PROTOCOL = "embedded-v1"
-SUITES = ("finance/source", "finance/target", "sql/source", "sql/target",
-          "function/source", "function/target", "ifeval", "captrack")
 
 
 @dataclass(frozen=True)
@@ -114,43 +109,6 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-@dataclass(frozen=True)
-class World:
-    """A built world: where its base model lives and the hashes that identify it."""
-
-    size: str
-    seed: int
-    recipe_sha256: str
-    root: str
-    """World directory (holds base/, world.json, seed-bank/)."""
-    base_dir: str
-    """The out-of-the-box parent, a local HF folder."""
-    model: ModelRef
-    chat_template_sha256: str
-    datasets: dict[str, str] = field(hash=False)
-    """Every training dataset id of the world -> content hash."""
-    build_seconds: float = 0.0
-    output_protocols: dict[str, str] = field(default_factory=lambda: dict(OUTPUT_PROTOCOLS), hash=False)
-    eval_protocol: str = EVAL_PROTOCOL
-
-    def to_json(self) -> str:
-        d = asdict(self)
-        d["model"] = self.model.model_dump(mode="json")
-        return json.dumps(d, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "World":
-        d = json.loads(text)
-        d["model"] = ModelRef.model_validate(d["model"])
-        return cls(**d)
-
-
-def cache_root() -> Path:
-    """`$AGENT_CACHE` if set, else `~/.cache/posttrain-agent`."""
-    env = os.environ.get("AGENT_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "posttrain-agent"
-
-
 def recipe_for(size: str) -> Recipe:
     if size not in RECIPES:
         raise BadInput(f"unknown world size {size!r}: choose one of {', '.join([*RECIPES, 'smol'])}")
@@ -165,10 +123,6 @@ def recipe_sha256(recipe: Recipe) -> str:
     return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data})
 
 
-def world_dir(size: str, recipe_hash: str) -> Path:
-    return cache_root() / "worlds" / f"{size}-{recipe_hash[:12]}"
-
-
 def ensure_world(size: str = "default", *, progress: Progress | None = None, threads: int | None = None) -> World:
     """The world of this size: loaded from the cache, or built (and cached) when missing.
 
@@ -176,7 +130,7 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     when other CPU jobs share the machine: oversubscribed OpenMP threads spin and made the
     test build ~5x slower here."""
     if size == "smol":
-        from agent.smol import ensure_smol_world
+        from agent.world.smol import ensure_smol_world
 
         return ensure_smol_world(progress=progress)
     recipe = recipe_for(size)
@@ -190,25 +144,6 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
 
         torch.set_num_threads(threads)
     return _build(recipe, rhash, root, progress)
-
-
-def publish_world(root: Path, make: Callable[[Path], World]) -> World:
-    """Build into a temp dir beside `root` with `make(tmp) -> World`, then rename it into place,
-    so a crash never leaves a half-built world that looks complete. If a concurrent build
-    finished first, keep that one."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
-        world = make(tmp)
-        (tmp / "world.json").write_text(world.to_json())
-        if root.exists():
-            shutil.rmtree(tmp)
-            return World.from_json((root / "world.json").read_text())
-        os.rename(tmp, root)
-        return world
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) -> World:
@@ -258,7 +193,7 @@ def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = 
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from agent.tokenizer import train_tokenizer, world_texts
+    from agent.world.tokenizer import train_tokenizer, world_texts
 
     from evaluators import tasks
 

@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from agent.compare import compare  # noqa: PLC0415
+    from agent.experiments.compare import compare  # noqa: PLC0415
     from policies import POLICIES  # noqa: PLC0415
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -64,7 +64,7 @@ def cmd_compare(args) -> int:
 def cmd_retrospective(args) -> int:
     if not args.execute:
         raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
-    from agent.retrospective import retrospective  # noqa: PLC0415
+    from agent.experiments.retrospective import retrospective  # noqa: PLC0415
 
     result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")

@@ -1,0 +1,1 @@
+"""The `agent` command line: `main.py` builds the parser; each other module registers one command group."""

@@ -1,0 +1,1 @@
+"""Measurements over many episodes or cells: `agent compare` and `agent retrospective --execute`."""

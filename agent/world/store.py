@@ -1,0 +1,88 @@
+"""A built world and its cache: the `World` record, where worlds live, and atomic publication.
+
+Shared by every way of making a world (the embedded build in agent/world/embedded.py, the
+smol conversion in agent/world/smol.py), which is why it is a module of its own: the two
+builders import it, and neither imports the other.
+
+Cache layout (root: `$AGENT_CACHE`, else `~/.cache/posttrain-agent`):
+
+    worlds/<size>-<hash12>/base/        the out-of-the-box parent (safetensors + tokenizer)
+    worlds/<size>-<hash12>/world.json   the World manifest (hashes, build seconds)
+    worlds/<size>-<hash12>/seed-bank/   L(0), built by agent.world.seed_bank
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from experience_bank.families import FAMILIES
+from experience_bank.records import ModelRef
+
+OUTPUT_PROTOCOLS = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
+RUNTIMES = ("trl-sft", "trl-grpo", "peft-lora")
+EVAL_PROTOCOL = "embedded-v1"
+SUITES = ("finance/source", "finance/target", "sql/source", "sql/target",
+          "function/source", "function/target", "ifeval", "captrack")
+
+
+@dataclass(frozen=True)
+class World:
+    """A built world: where its base model lives and the hashes that identify it."""
+
+    size: str
+    seed: int
+    recipe_sha256: str
+    root: str
+    """World directory (holds base/, world.json, seed-bank/)."""
+    base_dir: str
+    """The out-of-the-box parent, a local HF folder."""
+    model: ModelRef
+    chat_template_sha256: str
+    datasets: dict[str, str] = field(hash=False)
+    """Every training dataset id of the world -> content hash."""
+    build_seconds: float = 0.0
+    output_protocols: dict[str, str] = field(default_factory=lambda: dict(OUTPUT_PROTOCOLS), hash=False)
+    eval_protocol: str = EVAL_PROTOCOL
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["model"] = self.model.model_dump(mode="json")
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "World":
+        d = json.loads(text)
+        d["model"] = ModelRef.model_validate(d["model"])
+        return cls(**d)
+
+def cache_root() -> Path:
+    """`$AGENT_CACHE` if set, else `~/.cache/posttrain-agent`."""
+    env = os.environ.get("AGENT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "posttrain-agent"
+
+def world_dir(size: str, recipe_hash: str) -> Path:
+    return cache_root() / "worlds" / f"{size}-{recipe_hash[:12]}"
+
+def publish_world(root: Path, make: Callable[[Path], World]) -> World:
+    """Build into a temp dir beside `root` with `make(tmp) -> World`, then rename it into place,
+    so a crash never leaves a half-built world that looks complete. If a concurrent build
+    finished first, keep that one."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    try:
+        world = make(tmp)
+        (tmp / "world.json").write_text(world.to_json())
+        if root.exists():
+            shutil.rmtree(tmp)
+            return World.from_json((root / "world.json").read_text())
+        os.rename(tmp, root)
+        return world
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
