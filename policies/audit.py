@@ -38,20 +38,28 @@ from policies.authorize import (
     POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
 )
 from policies.features import compile as compile_features
+from policies.outcomes import OUTCOME_CLASSES, OutcomeClass
 
 GENESIS = "0" * 64
-OutcomeClass = Literal["beneficial", "harmful", "neutral"]
 
 
 class OutcomeCell(Frozen):
-    """What happened to one frozen decision's candidate (read only after decisions are hashed)."""
+    """What happened to one frozen decision's candidate (read only after decisions are hashed).
+
+    The one cell format: the loop (agent/episode.py), the executed retrospective and the
+    shipped Retrospective-24 replay all write and read it, so a user's own episodes feed the
+    ShortFull and Retrospective diagnostics."""
 
     candidate_id: Ident
     """Card id."""
     decision_hash: Sha256
     """The recorded decision this cell scores."""
-    outcome: OutcomeClass
-    """beneficial | harmful | neutral."""
+    outcome: OutcomeClass | None
+    """beneficial | harmful | neutral (policies.outcomes), None when no full run finished."""
+    family: Literal["finance", "sql", "function"] | None = None
+    """Capability family of the card."""
+    method: Literal["sft", "grpo"] | None = None
+    """Training method of the card (per-method Spearman in ShortFull)."""
     trial_verdict: Literal["pass", "fail", "inconclusive"] | None = None
     """Verdict of the bounded trial, if one ran."""
     trial_delta: float | None = None
@@ -213,9 +221,13 @@ def _rate(k: int, n: int) -> tuple[float | None, list[float] | None]:
     return k / n, [lo, hi]
 
 
+def _classified(c: Cell) -> bool:
+    return c.outcome is not None and c.outcome.outcome is not None
+
+
 def policy_metrics(cells: list[Cell], rows: list[dict]) -> dict:
     """HER, BCov, harmful share (Clopper–Pearson 95%) and budget spent on harmful cells."""
-    known = [(c.outcome.outcome, r) for c, r in zip(cells, rows) if c.outcome and r["authorized"] is not None]
+    known = [(c.outcome.outcome, r) for c, r in zip(cells, rows) if _classified(c) and r["authorized"] is not None]
     auth = [cls for cls, r in known if r["authorized"]]
     n_h = sum(cls == "harmful" for cls, _ in known)
     n_b = sum(cls == "beneficial" for cls, _ in known)
@@ -225,8 +237,8 @@ def policy_metrics(cells: list[Cell], rows: list[dict]) -> dict:
     return {"her": her, "her_ci": her_ci, "bcov": bcov, "bcov_ci": bcov_ci, "harmful_share": share,
             "harmful_share_ci": share_ci, "authorized": {k: auth.count(k) for k in ("beneficial", "harmful", "neutral")},
             "cells": {"beneficial": n_b, "harmful": n_h, "neutral": len(known) - n_h - n_b},
-            "undetermined": sum(1 for c, r in zip(cells, rows) if c.outcome and r["authorized"] is None),
-            "budget_spent_harmful": sum(r["spent"] for (c, r) in zip(cells, rows) if c.outcome and c.outcome.outcome == "harmful"),
+            "undetermined": sum(1 for c, r in zip(cells, rows) if _classified(c) and r["authorized"] is None),
+            "budget_spent_harmful": sum(r["spent"] for (c, r) in zip(cells, rows) if _classified(c) and c.outcome.outcome == "harmful"),
             "budget_spent": sum(r["spent"] for r in rows)}
 
 
@@ -238,7 +250,7 @@ def mcnemar_table(cells: list[Cell], walks: dict[str, list[dict]], base: str = "
             continue
         for cls in ("harmful", "beneficial"):
             pairs = [(a["authorized"], b["authorized"]) for c, a, b in zip(cells, walks[base], walks[other])
-                     if c.outcome and c.outcome.outcome == cls and None not in (a["authorized"], b["authorized"])]
+                     if _classified(c) and c.outcome.outcome == cls and None not in (a["authorized"], b["authorized"])]
             out[f"{base}_vs_{other}_{cls}"] = stats.mcnemar_paired([a for a, _ in pairs], [b for _, b in pairs])[2]
     return out
 
@@ -246,9 +258,29 @@ def mcnemar_table(cells: list[Cell], walks: dict[str, list[dict]], base: str = "
 def score_policies(cells: list[Cell], config: PolicyConfig) -> dict:
     """Counterfactual walks of every policy, and the audit metrics where outcomes exist."""
     walks = {p: walk(cells, p, config) for p in POLICIES}
-    has_outcomes = any(c.outcome for c in cells)
+    has_outcomes = any(_classified(c) for c in cells)
     return {"walks": walks, "policies": {p: policy_metrics(cells, w) for p, w in walks.items()} if has_outcomes else {},
-            "mcnemar_p": mcnemar_table(cells, walks) if has_outcomes else {}}
+            "mcnemar_p": mcnemar_table(cells, walks) if has_outcomes else {}, "coverage": coverage(cells)}
+
+
+def coverage(cells: list[Cell]) -> dict:
+    """How many candidates have an outcome class, and why a figure can be undefined.
+
+    HER needs at least one harmful cell and BCov one beneficial cell; in a single episode
+    most candidates are rejected and never run, so they have no outcome at all."""
+    counts = {k: sum(_classified(c) and c.outcome.outcome == k for c in cells) for k in OUTCOME_CLASSES}
+    trial_only = sum(1 for c in cells if c.outcome is not None and c.outcome.outcome is None)
+    never_run = sum(1 for c in cells if c.outcome is None)
+    notes = []
+    if counts["harmful"] == 0:
+        notes.append("HER is undefined: no candidate with a harmful outcome was observed")
+    if counts["beneficial"] == 0:
+        notes.append("BCov is undefined: no candidate with a beneficial outcome was observed")
+    if notes:
+        notes.append(f"{never_run} of {len(cells)} candidates have no outcome because they were never run and "
+                     f"{trial_only} ran only a trial; `agent retrospective --execute` runs every candidate to the "
+                     "end and defines both figures")
+    return {"cells": len(cells), "classified": counts, "trial_only": trial_only, "never_run": never_run, "notes": notes}
 
 
 # --- the audit of a recorded run --------------------------------------------------------
@@ -286,6 +318,13 @@ def read_outcomes(path: Path | None) -> dict[str, OutcomeCell]:
     return {c.decision_hash: c for c in cells}
 
 
+def own_policy_agreement(entries: list[Entry], walks: dict[str, list[dict]]) -> dict:
+    """Does the counterfactual walk of the policy that ran reproduce every recorded action?"""
+    policy = entries[0].decision.policy
+    differs = [i for i, (row, e) in enumerate(zip(walks[policy], entries)) if row["action"] != e.decision.action]
+    return {"policy": policy, "agree": len(entries) - len(differs), "of": len(entries), "differs_at": differs}
+
+
 def audit(path: str | Path) -> dict:
     """Verify every decision hash for hash, then (only then) score outcomes; `ok` False on any mismatch."""
     ledger, outcomes_path = _ledger_paths(path)
@@ -300,9 +339,14 @@ def audit(path: str | Path) -> dict:
     config = entries[0].config
     cells = cells_from_entries(entries, read_outcomes(outcomes_path))  # outcomes opened only now
     scored = score_policies(cells, config)
+    report["own_policy"] = own_policy_agreement(entries, scored["walks"])
+    if report["own_policy"]["differs_at"]:
+        report["ok"] = False
+        report["problems"] = [f"decision {i}: the {report['own_policy']['policy']} walk differs from the recorded action"
+                              for i in report["own_policy"]["differs_at"]]
     report["counterfactual"] = [
         {"seq": i, "candidate_id": c.candidate_id, "recorded": e.decision.action,
          **{p: scored["walks"][p][i]["action"] for p in POLICIES}} for i, (c, e) in enumerate(zip(cells, entries))]
     report["outcomes"] = str(outcomes_path) if outcomes_path else None
-    report["policies"], report["mcnemar_p"] = scored["policies"], scored["mcnemar_p"]
+    report["policies"], report["mcnemar_p"], report["coverage"] = scored["policies"], scored["mcnemar_p"], scored["coverage"]
     return report

@@ -1,11 +1,15 @@
 """Routing: Features -> Decision (BCIT.md §4 and §8), pure, with every comparison attached.
 
 A policy is a small function `(features, state, config) -> (action, rule, numbers)` in the
-POLICIES table. `authorize` wraps it with what every policy shares:
-- a conflicted candidate (consolidation found contradicting evidence) never goes to Train
-  directly: it is validated when a faithful trial exists (nu != none), else rejected;
-- the decision carries the policy name, a version that hashes the frozen PolicyConfig, and
+POLICIES table. `authorize` wraps it with what every policy shares: the decision carries the policy name, a version that hashes the frozen PolicyConfig, and
   `decision_hash` = sha256 of the canonical JSON of every other field.
+
+Conflicted evidence (consolidation found records of the card that contradict each other) is
+handled where the spec puts it: only the evidence-based skip of validation (§4 rule 2, grade-A
+replicated evidence) needs agreeing replicates, so a conflicted candidate that would skip is
+validated instead (or rejected without a faithful trial). Policies that never skip
+(validate_all, applicability_only) or that ignore evidence quality by definition (reuse_all:
+"train every historical candidate with positive source evidence") are unaffected.
 
 `no_applicability` routes exactly like `bcit`; what makes it the ablation is that its
 features are compiled with `use_applicability=False` (see policies.features). Callers that
@@ -87,8 +91,12 @@ def _route(p: str, f: Features, cfg: PolicyConfig, score: float, veto: bool, ski
     if score < cfg.tau_l:
         return "reject", f"{p}.below_tau_l", n
     # Only grade-A replicated evidence skips validation; chi is checked with the grade as a
-    # second line of defence against a hand-edited features row.
+    # second line of defence against a hand-edited features row. Evidence that consolidation
+    # found contradicted (conflicted) is not an agreeing replicate, so it cannot skip either.
     if skip_ok and score >= cfg.tau_h and f.chi == 1 and f.grade == "A":
+        if f.conflicted:
+            return ("validate", f"{p}.conflicted_validate", n) if f.nu != "none" else (
+                "reject", f"{p}.conflicted_no_faithful_trial", n)
         return "train", f"{p}.replicated_above_tau_h", n
     if f.nu != "none":
         return "validate", f"{p}.validate", n
@@ -184,9 +192,6 @@ def _policy(name: str) -> Policy:
 def authorize(features: Features, policy: str, state: EpisodeState, config: PolicyConfig) -> Decision:
     """Pure: the same features, policy, state and config always give the same Decision and hash."""
     action, rule, numbers = _policy(policy)(features, state, config)
-    if action == "train" and features.conflicted:
-        action = "validate" if features.nu != "none" else "reject"
-        rule = f"{policy}.conflicted_{'validate' if action == 'validate' else 'no_faithful_trial'}"
     body = {"candidate_id": features.candidate_id, "action": action, "rule": rule, "numbers": numbers,
             "policy": policy, "policy_version": config.version(), "features": features.model_dump(mode="json")}
     fields = {**body, "features": features}

@@ -9,10 +9,9 @@ features; outcomes classified from the full-run effects) and ShortFull-24 (short
 outcomes.jsonl and lists the diagnostics its records cannot support.
 
 Definitions (frozen in the data file where they are numbers):
-- direction of an effect: 0 when |x| < neutral band (0.5 pp), else its sign;
-- retention-safe: both IFEval effects >= the floor (-2 pp);
-- outcome class of a full run: harmful if retention is unsafe or the target moves down,
-  beneficial if the target moves up with retention safe, neutral otherwise;
+- direction, retention-safe and the outcome class of a full run: policies/outcomes.py (the
+  one definition, shared with the run audit and the executed retrospective), with the
+  shipped file's neutral band (0.5 pp) and retention floor (-2 pp);
 - Pass detector: trial verdict `pass` against outcome class `beneficial`.
 """
 
@@ -27,6 +26,7 @@ from experience_bank.hashing import content_hash
 from policies import stats
 from policies.audit import Cell, OutcomeCell, audit, read_outcomes, score_policies
 from policies.authorize import PolicyConfig
+from policies.outcomes import direction, outcome_class, retention_safe
 from policies.features import features_from_row
 
 DATA = Path(__file__).parent / "data" / "retrospective24.json"
@@ -35,19 +35,9 @@ BUDGETS = ("0.05", "0.10", "0.20")
 AUDIT_POLICIES = ("bcit", "flat_additive", "additive_veto", "no_applicability", "no_hard_veto", "applicability_only")
 
 
-def direction(x: float, band: float) -> int:
-    return 0 if abs(x) < band else (1 if x > 0 else -1)
-
-
-def retention_safe(p: float, i: float, floor: float) -> bool:
-    return min(p, i) >= floor
-
-
 def classify(full: dict, band: float, floor: float) -> str:
-    """Outcome class of a full run from its target and IFEval effects."""
-    if not retention_safe(full["ifeval_p"], full["ifeval_i"], floor) or direction(full["target"], band) < 0:
-        return "harmful"
-    return "beneficial" if direction(full["target"], band) > 0 else "neutral"
+    """Outcome class of a full run (policies.outcomes), the floor given as the data file's -2 pp."""
+    return outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=band, ifeval_drop_pp=-floor)
 
 
 # --- the shipped ledger -> cells ----------------------------------------------------------
@@ -83,7 +73,7 @@ def retrospective(cells: list[dict], band: float, floor: float) -> dict:
     return {"direction_counts": {"positive": sum(d > 0 for d in dirs.values()), "neutral": sum(d == 0 for d in dirs.values()),
                                  "negative": sum(d < 0 for d in dirs.values())},
             "by_family": by_family, "improving": len(improving),
-            "retention_safe_among_improving": sum(retention_safe(c["matched"]["ifeval_p"], c["matched"]["ifeval_i"], floor)
+            "retention_safe_among_improving": sum(retention_safe(c["matched"]["ifeval_p"], c["matched"]["ifeval_i"], -floor)
                                                   for c in improving)}
 
 
@@ -159,7 +149,7 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
     else:
         out["retrospective"] = {"cells": len(full), "positive": sum(direction(c.full["target"], band) > 0 for c in full),
                                 "retention_safe_among_improving": sum(direction(c.full["target"], band) > 0 and
-                                                                      retention_safe(c.full["ifeval_p"], c.full["ifeval_i"], -2.0) for c in full)}
+                                                                      retention_safe(c.full["ifeval_p"], c.full["ifeval_i"], 2.0) for c in full)}
     paired = [c for c in cells if "0.20" in c.short and "target" in c.full and c.trial_verdict]
     if len(paired) < 3:
         out["missing"].append(f"shortfull: {len(paired)} cells have both a 20% short run and a full run (need 3)")

@@ -74,7 +74,12 @@ def test_conflicted_never_trains_directly():
     f = features_from_row({**json.loads(json.dumps(dict(grade="A", delta_src=2.0, kappa=2.0, family=1, data=1, runtime=1,
                           parent=1, protocol=1, H=0, nu="continue", chi=1, is_new=False))), "conflicted": True})
     assert act(f) == ("validate", "bcit.conflicted_validate")
-    assert act(f, "reuse_all") == ("validate", "reuse_all.conflicted_validate")
+    # Only the evidence-based skip needs agreeing replicates: reuse_all trains every positive
+    # source by definition, and reject_unresolved rejects what BCIT would validate.
+    assert act(f, "reuse_all") == ("train", "reuse_all.positive_source")
+    assert act(f, "reject_unresolved") == ("reject", "reject_unresolved.unresolved")
+    assert act(f, "validate_all") == ("validate", "validate_all.validate")
+    assert act(f.model_copy(update={"conflicted": False})) == ("train", "bcit.replicated_above_tau_h")
 
 
 def test_multiplicative_refuses_what_additive_buys_off():

@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agent.cli.inputs import check_bank_file, jsonl_lines, read_text
 from experience_bank.errors import BadInput
+from experience_bank.hashing import loads_strict
+from experience_bank.records import Grade, Ident, Nu, parse_model
+
+Score = Annotated[float, Field(ge=0.0, le=1.0)]
+"""A compatibility field score (0, 0.5 or 1; features_from_row checks the grid)."""
 
 
 def register(sub) -> None:
@@ -35,24 +44,79 @@ def register(sub) -> None:
     r.set_defaults(func=cmd_replay)
 
 
+class FeatureRow(BaseModel):
+    """One `--features` line, validated strictly before policies.features_from_row computes S, A, Q."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    id: Ident = "row"
+    """Candidate id (default `row`)."""
+    is_new: bool
+    """True for a proposal (no evidence: grade, delta_src and kappa null)."""
+    grade: Grade | None
+    """Evidence grade A/B/C, null for a proposal."""
+    delta_src: Annotated[float, Field(ge=-100.0, le=100.0)] | None
+    """Source effect in pp (a share of 100 pp at most either way)."""
+    kappa: Annotated[float, Field(gt=0.0, le=100.0)] | None
+    """Normalising scale in pp."""
+    family: Score
+    data: Score
+    runtime: Score
+    parent: Score
+    protocol: Score
+    H: Annotated[int, Field(ge=0, le=1)]
+    """1 iff a named hard conflict fired."""
+    nu: Nu
+    """Validation feasibility."""
+    chi: Annotated[int, Field(ge=0, le=1)]
+    """1 iff the evidence is a replicated matched control (grade A)."""
+    conflicts: tuple[Annotated[str, Field(min_length=1, max_length=120)], ...] = ()
+    """Names of the conflicts that fired."""
+    conflicted: bool = False
+    """Consolidation found contradicting evidence."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FeatureRow":
+        evidence = (self.grade, self.delta_src, self.kappa)
+        if self.is_new and evidence != (None, None, None):
+            raise ValueError("a proposal (is_new true) has no evidence: grade, delta_src and kappa must be null")
+        if not self.is_new and None in evidence:
+            raise ValueError("a historical row (is_new false) needs grade, delta_src and kappa")
+        if (self.chi == 1) != (self.grade == "A"):
+            raise ValueError("chi must be 1 exactly when grade is A")
+        if self.conflicts and self.H == 0:
+            raise ValueError("named conflicts need H = 1")
+        return self
+
+
 def _rows(path: str) -> list[dict]:
-    from experience_bank.hashing import loads_strict
-    if not Path(path).is_file():
-        raise BadInput(f"no features file at {path}: give a JSONL file of feature rows")
-    return [loads_strict(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """Feature rows, each one strictly validated; BadInput names the file and the line."""
+    rows = []
+    for n, line in jsonl_lines(path, "features file"):
+        try:
+            parse_model(FeatureRow, line, "features row")
+        except BadInput as exc:
+            raise BadInput(f"features file {path} line {n}: {exc}") from None
+        rows.append(loads_strict(line))
+    return rows
 
 
 def _features(args) -> list:
     from experience_bank.bank import Bank
-    from experience_bank.records import CurrentContext, parse_model
+    from experience_bank.records import CurrentContext
     from policies import compile, features_from_row
     if args.features:
         if args.bank or args.context:
             raise BadInput("give either --features or --bank with --context, not both")
         return [features_from_row(row) for row in _rows(args.features)]
-    if not (args.bank and args.context and Path(args.context).is_file()):
+    if not (args.bank and args.context):
         raise BadInput("give --bank BANK and an existing --context CTX.json (or --features FILE)")
-    ctx = parse_model(CurrentContext, Path(args.context).read_text(encoding="utf-8"), "context")
+    text = read_text(args.context, "context file")
+    try:
+        ctx = parse_model(CurrentContext, text, "context")
+    except BadInput as exc:
+        raise BadInput(f"context file {args.context}: {exc}") from None
+    check_bank_file(args.bank)
     bank = Bank.open(args.bank)
     try:
         return [compile(e.record, ctx, use_applicability=args.policy != "no_applicability", conflicted=e.conflicted)
@@ -82,9 +146,19 @@ def cmd_audit(args) -> int:
         print(f"{report['decisions']} decisions, head {report['frozen_decisions_head']}: {'OK' if report['ok'] else 'FAILED'}")
         for p in report["problems"]:
             print(f"  {p}")
+        own = report.get("own_policy")
+        if own:
+            print(f"  {own['policy']} (the policy that ran): its counterfactual walk equals the recorded decision on "
+                  f"{own['agree']} of {own['of']}")
         for name, m in report.get("policies", {}).items():
-            print(f"  {name:20s} HER {m['her']}  BCov {m['bcov']}  harmful share {m['harmful_share']}")
+            print(f"  {name:20s} HER {_pct(m['her'])}  BCov {_pct(m['bcov'])}  harmful share {_pct(m['harmful_share'])}")
+        for note in report.get("coverage", {}).get("notes", []):
+            print(f"  note: {note}")
     return 0 if report["ok"] else 1
+
+
+def _pct(x: float | None) -> str:
+    return "undefined" if x is None else f"{100 * x:.1f}%"
 
 
 def cmd_replay(args) -> int:

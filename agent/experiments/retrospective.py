@@ -14,11 +14,9 @@ Effects are child minus control in pp on the family's target metric and on IFEva
 prompt / instruction strict accuracy. Every candidate is run short and full, so trial
 fidelity is measured without selecting only the passing trials.
 
-Outcome class of a cell (fixed here, before any run; not tuned):
-- harmful:    full-run target effect <= -MIN_EFFECT_PP, or an IFEval metric falls more than
-              IFEVAL_DROP_PP below the control (no target gain compensates for it);
-- beneficial: target effect >= MIN_EFFECT_PP and both IFEval metrics within the bound;
-- neutral:    anything else.
+Outcome class of a cell: policies/outcomes.py (the one definition, shared with the run audit
+and the replay), with band MIN_EFFECT_PP and IFEval bound IFEVAL_DROP_PP fixed here before any
+run; a full run with a failed sanity check is harmful.
 
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
 compiled from the seed bank's record of the card against the base-model context, hashed
@@ -35,7 +33,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from experience_bank.errors import BadInput
+from experience_bank.families import PRIMARY_METRIC
 from experience_bank.hashing import canonical_json, content_hash
+from policies import outcomes
 from policies.stats import clopper_pearson, spearman
 
 FRACTIONS = (0.05, 0.10, 0.20)
@@ -52,13 +52,13 @@ EVAL_N = {"test": (16, 8), "default": (64, 32)}
 
 
 def direction(delta: float) -> str:
-    return "up" if delta >= MIN_EFFECT_PP else "down" if delta <= -MIN_EFFECT_PP else "flat"
+    return {1: "up", 0: "flat", -1: "down"}[outcomes.direction(delta, MIN_EFFECT_PP)]
 
 
-def outcome_class(target: float, ifeval: dict[str, float]) -> str:
-    if target <= -MIN_EFFECT_PP or any(d < -IFEVAL_DROP_PP for d in ifeval.values()):
-        return "harmful"
-    return "beneficial" if target >= MIN_EFFECT_PP else "neutral"
+def outcome_class(target: float, ifeval: dict[str, float], hard_failure: bool = False) -> str:
+    """policies.outcomes.outcome_class with this table's band and IFEval bound."""
+    return outcomes.outcome_class(target, ifeval["prompt_strict"], ifeval["inst_strict"], band=MIN_EFFECT_PP,
+                                  ifeval_drop_pp=IFEVAL_DROP_PP, hard_failure=hard_failure)
 
 
 def _agree(a: float, b: float) -> bool:
@@ -183,7 +183,7 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
     v, reasons = verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (),
                          TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=IFEVAL_DROP_PP),
                          train_failures=t["sanity_failures"])
-    cls = "harmful" if full["sanity_failures"] else outcome_class(full["target"], full["ifeval"])
+    cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
     return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": ctrl,
             "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
 
@@ -273,7 +273,7 @@ class WorldPorts:
                           seed=self.world.seed)
         ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=self.ifeval_n,
                        seed=self.world.seed)["ifeval"]
-        key = TARGET_METRIC[family]
+        key = PRIMARY_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
         if unknown:  # an evaluator error is UNKNOWN, never a score of 0
@@ -290,9 +290,6 @@ class WorldPorts:
                                 reward_funcs=card_rewards(card))
         return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
                 "sanity_failures": [s.name for s in result.sanity if not s.ok]}
-
-
-TARGET_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
 
 
 def base_context(world: Any) -> Any:
