@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from experience_bank.records import Frozen, Ident, Sha256
 
@@ -100,6 +100,12 @@ class SanityCheck(Frozen):
     """The numbers behind it."""
 
 
+def _steps_after_prefix(data: dict) -> int:
+    # Results written before steps_run existed: the steps a run executed were always its total
+    # minus the continued prefix, which the log has carried from the start.
+    return data["steps"] - int(data["log"].get("continued_from_step", 0.0))
+
+
 class TrainResult(Frozen):
     """A finished TRL run or trial."""
 
@@ -117,20 +123,32 @@ class TrainResult(Frozen):
     """Kept LoRA adapter, if any."""
     steps: Annotated[int, Field(ge=0)]
     """Optimizer steps run in total (a continued run counts the trial's steps too)."""
+    nominal_steps: Annotated[int, Field(ge=1)] | None = None
+    """The card's nominal step count the run is a share of (None in results written before
+    1 Dec 2026, which did not record it)."""
     fraction: Annotated[float, Field(gt=0.0, le=1.0)]
-    """Share of the card's nominal steps this run covers."""
+    """Share of the card's nominal steps this run was asked to cover (it ran the floor of it)."""
     wall_seconds: Annotated[float, Field(ge=0.0)]
     """Measured seconds of this run (not of a resumed prefix)."""
     train_tokens: Annotated[int, Field(ge=0)] = 0
     """Tokens processed (for throughput)."""
     log: dict[str, float] = {}
     """Final training metrics (loss, reward, reward_std, clipped_ratio, ...)."""
+    steps_run: Annotated[int, Field(ge=0, default_factory=_steps_after_prefix)]
+    """Steps this run executed itself: `steps` minus a continued trial's prefix (a crash
+    resume counts as this run). The ledger charges these (trainers.ledger.run_hours)."""
     sanity: tuple[SanityCheck, ...] = ()
     """Sanity checks; any failed one is a hard failure."""
     never_promotable: bool = False
     """True for trial checkpoints."""
     resumed_from: str | None = None
     """Checkpoint it continued from (nu = continue), if any."""
+
+    @model_validator(mode="after")
+    def _steps_agree(self):
+        if self.steps_run > self.steps or (self.nominal_steps is not None and self.steps > self.nominal_steps):
+            raise ValueError(f"steps_run {self.steps_run} <= steps {self.steps} <= nominal_steps {self.nominal_steps} must hold")
+        return self
 
 
 class TrialResult(Frozen):

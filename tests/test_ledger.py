@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 from experience_bank.errors import BadInput
 from experience_bank.results import TrainResult
 from test_train_world import card
-from trainers.ledger import BudgetExceeded, CostModel, Ledger, parse_budget
+from trainers.ledger import BudgetExceeded, CostModel, Ledger, parse_budget, run_hours
+from trainers.steps import TrialRefused
 
 
 @pytest.mark.parametrize("text, hours", [("36gpuh", 36.0), ("2.5h", 2.5), ("90m", 1.5), ("1.5gpuh", 1.5), (" 10H ", 10.0)])
@@ -29,17 +30,44 @@ def test_minutes_are_sixtieths_of_hours(n):
     assert parse_budget(f"{n}m") == pytest.approx(n / 60)
 
 
-def _result(steps=10, wall=7200.0, continued=0, trial=False):
+def _result(steps=10, wall=7200.0, continued=0, trial=False, nominal=None):
     return TrainResult(card_id="T-sft", run_key="k", parent_sha256="a" * 64, checkpoint="/x", checkpoint_sha256="b" * 64,
-                       steps=steps, fraction=0.2 if trial else 1.0, wall_seconds=wall,
+                       steps=steps, fraction=0.2 if trial else 1.0, wall_seconds=wall, nominal_steps=nominal,
                        log={"continued_from_step": float(continued)}, never_promotable=trial)
+
+
+def test_run_hours_is_the_share_of_steps_that_ran():
+    assert run_hours(5.0, 6, 32) == pytest.approx(0.9375)  # a GRPO trial of 6 of 32 steps: 18.75%, not 20%
+    assert run_hours(5.0, 32, 32) == 5.0 and run_hours(5.0, 0, 32) == 0.0
+    for bad in ((5.0, 33, 32), (5.0, -1, 32), (5.0, 1, 0), (float("nan"), 1, 2)):
+        with pytest.raises(BadInput):
+            run_hours(*bad)
+
+
+@pytest.mark.parametrize("steps, ran", [(32, 6), (8, 1), (20, 4), (120, 24), (5, 1)])
+def test_trial_estimates_charge_the_floor_of_the_share(steps, ran):
+    c = card("grpo", steps=steps)  # 2.0 nominal device-hours
+    assert CostModel("nominal").estimate_trial(c, 0.2) == pytest.approx(2.0 * ran / steps)
+    assert CostModel("nominal").estimate_trial(c, 0.2) <= 0.2 * 2.0 + 1e-12
+    assert CostModel("nominal").estimate_full(c, continued_steps=ran) == pytest.approx(2.0 * (steps - ran) / steps)
+
+
+def test_a_trial_under_one_step_has_no_estimate():
+    with pytest.raises(TrialRefused, match="under one"):
+        CostModel("nominal").estimate_trial(card("grpo", steps=4), 0.2)
+
+
+def test_a_charge_refuses_a_result_of_another_card_version():
+    with pytest.raises(BadInput, match="share of 30 steps"):
+        CostModel("nominal").run_charge(card("sft", steps=20), _result(steps=4, trial=True, nominal=30))
 
 
 def test_cost_models():
     c = card("sft", steps=20)  # 2.0 nominal device-hours
     nominal, measured = CostModel("nominal", eval_device_hours=0.25), CostModel("measured", devices=4)
-    assert nominal.estimate_run(c, 0.2) == pytest.approx(0.4)
-    assert nominal.estimate_run(c, 1.0, done_fraction=0.2) == pytest.approx(1.6)
+    assert nominal.estimate_trial(c, 0.2) == pytest.approx(0.4)
+    assert nominal.estimate_full(c, continued_steps=4) == pytest.approx(1.6)
+    assert nominal.estimate_full(c) == pytest.approx(2.0)
     assert nominal.run_charge(c, _result(steps=4, trial=True)) == pytest.approx(0.4)
     assert nominal.run_charge(c, _result(steps=20, continued=4)) == pytest.approx(1.6)  # the trial paid for 4
     assert measured.run_charge(c, _result(wall=1800.0)) == pytest.approx(2.0)  # 0.5 h x 4 devices

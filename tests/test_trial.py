@@ -1,13 +1,16 @@
-"""Bounded trials: the verdict rule, never-promotable trial checkpoints, and nu = continue
-(trial + continuation = one uninterrupted run's steps)."""
+"""Bounded trials: the verdict rule, never-promotable trial checkpoints, nu = continue
+(trial + continuation = one uninterrupted run's steps), the floor of the 20% share, and a
+charge of exactly the steps that ran."""
 
 from __future__ import annotations
 
 import pytest
 
 from experience_bank.errors import BadInput
-from test_train_world import build_parent, card, sft_examples
+from test_train_world import build_parent, card, grpo_examples, has_three_reward, sft_examples
+from trainers.ledger import CostModel, Ledger
 from trainers.run import train
+from trainers.steps import TrialRefused, trial_steps
 from trainers.trial import TrialThresholds, trial, verdict
 
 T = TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=2.0)
@@ -30,6 +33,39 @@ def test_thresholds_are_checked():
         TrialThresholds(min_gain_pp=1.0, fail_drop_pp=-2.0, retention_drop_pp=2.0)
 
 
+@pytest.mark.parametrize("steps, most", [(32, 6), (8, 1), (20, 4), (120, 24), (39, 7)])
+def test_a_trial_never_exceeds_its_share_of_the_nominal_steps(steps, most):
+    assert trial_steps(card("grpo", steps=steps), 0.2) == most  # the ceiling ran 7 of 32 and 2 of 8
+    assert most <= 0.2 * steps < most + 1  # the largest whole number of steps within 20%
+
+
+def test_a_share_under_one_step_is_refused_with_its_reason():
+    with pytest.raises(TrialRefused) as err:
+        trial_steps(card("grpo", steps=4), 0.2)
+    assert (err.value.card_id, err.value.nominal_steps, err.value.fraction) == ("T-grpo", 4, 0.2)
+    assert "0.8 steps, under one" in err.value.reason and "at least 5 steps" in err.value.reason
+    with pytest.raises(BadInput, match="trial fraction"):
+        trial_steps(card("grpo", steps=40), 0.25)
+
+
+def test_a_refused_trial_writes_nothing(tmp_path):
+    parent = build_parent(tmp_path / "parent")
+    with pytest.raises(TrialRefused):
+        trial(card("grpo", steps=4), str(parent), grpo_examples(8), out_dir=str(tmp_path / "t"), run_key="t",
+              measure=None, thresholds=T, reward_funcs={"numeric_match": has_three_reward})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parent"]
+
+
+def test_a_grpo_trial_of_8_nominal_steps_runs_one_and_is_charged_one(tmp_path):
+    parent = build_parent(tmp_path / "parent")
+    c = card("grpo", steps=8, batch=8, num_generations=4)
+    t = trial(c, str(parent), grpo_examples(32), out_dir=str(tmp_path / "t"), run_key="t",
+              measure=lambda _: (0.0, {}, []), thresholds=T, reward_funcs={"numeric_match": has_three_reward})
+    assert (t.train.steps, t.train.steps_run, t.train.nominal_steps) == (1, 1, 8)
+    row = Ledger(":memory:").charge_run("E1", "trial:T", c, t.train, CostModel("nominal"))
+    assert row["device_hours"] == pytest.approx(2.0 / 8)  # 12.5% of the card, what ran; not the 20% asked for
+
+
 def test_continue_trial_plus_full_run_equals_an_uninterrupted_run(tmp_path):
     parent = build_parent(tmp_path / "parent")
     c, data = card("sft", steps=20, nu="continue"), sft_examples(64)
@@ -40,7 +76,7 @@ def test_continue_trial_plus_full_run_equals_an_uninterrupted_run(tmp_path):
         return 1.5, {"ifeval.prompt_strict": -0.5}, []
 
     t = trial(c, str(parent), data, out_dir=str(tmp_path / "trial"), run_key="t", measure=measure, thresholds=T)
-    assert t.verdict == "pass" and t.train.never_promotable and t.train.steps == 4  # ceil(0.2 * 20)
+    assert t.verdict == "pass" and t.train.never_promotable and t.train.steps == 4  # 0.2 * 20
     assert seen == [t.train.checkpoint]
     assert trial(c, str(parent), data, out_dir=str(tmp_path / "trial"), run_key="t", measure=None, thresholds=T) == t
 
@@ -48,6 +84,11 @@ def test_continue_trial_plus_full_run_equals_an_uninterrupted_run(tmp_path):
     once = train(c, str(parent), data, out_dir=str(tmp_path / "once"), run_key="o")
     assert full.steps == once.steps == 20 and not full.never_promotable
     assert full.log["continued_from_step"] == 4 and full.resumed_from == t.train.checkpoint
+    assert (full.steps_run, full.nominal_steps, once.steps_run) == (16, 20, 20)
+    # Trial and continuation are charged what each ran; together, the uninterrupted run's charge.
+    ledger, cost = Ledger(":memory:"), CostModel("nominal")
+    charged = [ledger.charge_run("E1", k, c, r, cost)["device_hours"] for k, r in (("trial", t.train), ("full", full))]
+    assert charged == pytest.approx([0.4, 1.6]) and sum(charged) == pytest.approx(cost.run_charge(c, once))
     # the schedule is the full run's: the last learning rate of both runs is the same
     assert full.log["learning_rate"] == pytest.approx(once.log["learning_rate"])
 

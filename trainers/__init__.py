@@ -5,7 +5,9 @@ Public API (loaded on first use, so `import trainers` does not load torch):
   resume_from=None, seed=0, threads=None, progress=None) -> TrainResult`   (trainers.run)
 - `trial(card, parent_dir, examples, *, out_dir, run_key, measure, thresholds, fraction=0.2,
   reward_funcs=None, seed=0) -> TrialResult`; `TrialThresholds`; `verdict`  (trainers.trial)
-- `trainers.ledger`: `parse_budget`, `CostModel`, `Ledger`, `BudgetExceeded`
+- `trial_steps(card, fraction=0.2) -> int` (the floor of the share; `TrialRefused` under one
+  step), `plan_steps`                                                     (trainers.steps)
+- `trainers.ledger`: `parse_budget`, `run_hours`, `CostModel`, `Ledger`, `BudgetExceeded`
 - `trainers.data`: `sample_recipe`, `mix_replay`, `build_examples`
 - `trainers.sanity`: `is_hard_failure`, `failed_checks`
 """
@@ -15,7 +17,8 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {"train": "trainers.run", "trial": "trainers.trial", "TrialThresholds": "trainers.trial",
-         "verdict": "trainers.trial"}
+         "verdict": "trainers.trial", "trial_steps": "trainers.steps", "TrialRefused": "trainers.steps",
+         "plan_steps": "trainers.steps"}
 
 
 def __getattr__(name: str):

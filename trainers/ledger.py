@@ -1,11 +1,15 @@
 """Device-hour budgets, the cost model, and the append-only ledger every run is charged to.
 
 - `parse_budget("36gpuh" | "2.5h" | "90m") -> float` device-hours.
+- `run_hours(card_hours, steps_run, nominal_steps)`: the one conversion of steps into
+  nominal device-hours; every estimate and charge of a run goes through it.
 - `CostModel`: `measured` charges wall-clock seconds x devices / 3600 (real hardware);
-  `nominal` charges device-hours declared per unit of work (a trial: its share of the card's
-  nominal steps x the card's device-hours; a full run: the rest; an evaluation: a configured
-  amount per suite), so that a paper-scale budget binds on the embedded world as it would
-  at the paper's scale. Measured seconds are recorded beside nominal charges either way.
+  `nominal` charges device-hours declared per unit of work (a run: the steps it actually ran
+  as a share of the card's nominal steps x the card's device-hours — a trial runs the floor
+  of its fraction (trainers.steps), so it is charged that, not the fraction asked for; a
+  continuation: the steps after the trial's; an evaluation: a configured amount per suite),
+  so that a paper-scale budget binds on the embedded world as it would at the paper's
+  scale. Measured seconds are recorded beside nominal charges either way.
 - `Ledger(path)`: SQLite through sqlite-utils; triggers refuse UPDATE and DELETE, and each
   charge is keyed by (episode_id, key), so a step re-run after a crash is charged once.
 - A run that would exceed the remaining budget is not started: `Ledger.require` raises
@@ -25,6 +29,7 @@ import sqlite_utils
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard
 from experience_bank.results import TrainResult
+from trainers.steps import MAX_TRIAL_FRACTION, trial_steps
 
 MAX_BUDGET_HOURS = 1_000_000.0  # beyond any real allocation: a typo, not a budget
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gpuh|h|m)\s*$", re.IGNORECASE)
@@ -40,6 +45,15 @@ def parse_budget(text: str) -> float:
     if not 0.0 < hours <= MAX_BUDGET_HOURS:
         raise BadInput(f"budget {text!r} is {hours:g} device-hours: give more than 0 and at most {MAX_BUDGET_HOURS:g}")
     return hours
+
+
+def run_hours(card_hours: float, steps_run: int, nominal_steps: int) -> float:
+    """Nominal device-hours of `steps_run` steps of a card whose full run is `nominal_steps`
+    steps for `card_hours` device-hours."""
+    if nominal_steps < 1 or not 0 <= steps_run <= nominal_steps or not (math.isfinite(card_hours) and card_hours >= 0):
+        raise BadInput(f"run of {steps_run} of {nominal_steps} nominal steps at {card_hours} device-hours: "
+                       "need 0 <= steps run <= nominal steps, nominal >= 1, hours >= 0")
+    return steps_run / nominal_steps * card_hours
 
 
 class BudgetExceeded(Exception):
@@ -67,19 +81,27 @@ class CostModel:
     def measured(self, wall_seconds: float) -> float:
         return wall_seconds * self.devices / 3600.0
 
-    def estimate_run(self, card: CandidateCard, fraction: float, done_fraction: float = 0.0) -> float:
-        """Device-hours a run is expected to cost before it starts (the declared budget:
-        nothing is known of the wall clock yet). A continuation pays only its remainder."""
-        return max(0.0, fraction - done_fraction) * card.budget.device_hours
+    # Estimates are the declared budget in either mode: nothing is known of the wall clock
+    # before a run starts.
+    def estimate_trial(self, card: CandidateCard, fraction: float = MAX_TRIAL_FRACTION) -> float:
+        """Device-hours a bounded trial will cost: the steps it will run (TrialRefused when
+        its share is under one step)."""
+        return run_hours(card.budget.device_hours, trial_steps(card, fraction), card.budget.steps)
+
+    def estimate_full(self, card: CandidateCard, continued_steps: int = 0) -> float:
+        """Device-hours a full run will cost; continuing a trial of `continued_steps` steps
+        (nu = continue) pays only the remaining steps."""
+        return run_hours(card.budget.device_hours, card.budget.steps - continued_steps, card.budget.steps)
 
     def run_charge(self, card: CandidateCard, result: TrainResult) -> float:
-        """Device-hours a finished run is charged."""
+        """Device-hours a finished run is charged: the steps it ran (a continuation's exclude
+        the trial's prefix, which the trial paid for; a crash-resumed run pays for all, once)."""
+        if result.nominal_steps is not None and result.nominal_steps != card.budget.steps:
+            raise BadInput(f"run {result.run_key} is a share of {result.nominal_steps} steps but card {card.id} "
+                           f"has {card.budget.steps}: charge it with the card it was trained from")
         if self.kind == "measured":
             return self.measured(result.wall_seconds)
-        # A continuation pays for the steps after the trial prefix (the trial paid for those);
-        # a run resumed after a crash pays for all of its steps, once.
-        steps_here = result.steps - int(result.log.get("continued_from_step", 0.0))
-        return steps_here / card.budget.steps * card.budget.device_hours
+        return run_hours(card.budget.device_hours, result.steps_run, card.budget.steps)
 
     def eval_charge(self, n_suites: int, wall_seconds: float) -> float:
         if self.kind == "measured":
@@ -138,6 +160,6 @@ class Ledger:
     def charge_run(self, episode_id: str, key: str, card: CandidateCard, result: TrainResult, cost: CostModel) -> dict:
         """Charge a finished run or trial under the cost model."""
         kind = "trial" if result.never_promotable else "train"
-        detail = f"{card.id} steps={result.steps} fraction={result.fraction:g} cost={cost.kind}"
+        detail = f"{card.id} steps={result.steps_run}/{card.budget.steps} fraction={result.fraction:g} cost={cost.kind}"
         return self.charge(episode_id, key, kind=kind, device_hours=cost.run_charge(card, result),
                            wall_seconds=result.wall_seconds, devices=cost.devices, detail=detail)

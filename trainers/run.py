@@ -5,7 +5,8 @@ a trial prefix, single process or under `accelerate launch` (runs/accelerate_zer
 
 How a run is laid out in time. The LR schedule always spans the card's nominal step count
 when the card's trial is a prefix of its full run (nu = continue); a trial (fraction < 1)
-stops early at ceil(fraction * steps) and keeps its Trainer checkpoint, so continuing it
+stops early at trainers.steps' share of the steps (the floor: never more than the fraction
+the budget charges) and keeps its Trainer checkpoint, so continuing it
 reaches exactly the uninterrupted run's steps, schedule and optimizer state. A trial of a
 nu = restart card is an independent short run (its own compressed schedule).
 
@@ -33,6 +34,7 @@ from experience_bank.results import TrainResult
 from trainers import checkpoint as ckpt
 from trainers import grpo, sft
 from trainers.sanity import run_checks
+from trainers.steps import plan_steps
 
 Progress = Callable[[int, int], None]
 _SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
@@ -53,16 +55,6 @@ class _StopAt(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
-
-
-def plan_steps(card: CandidateCard, fraction: float) -> tuple[int, int]:
-    """(schedule length, steps to run) for a share of the card's nominal steps."""
-    if not 0.0 < fraction <= 1.0:
-        raise BadInput(f"fraction {fraction} is outside (0, 1]: pass e.g. --fraction 0.2")
-    nominal = card.budget.steps
-    stop_at = max(1, math.ceil(fraction * nominal))
-    schedule = nominal if (card.nu == "continue" or fraction == 1.0) else stop_at
-    return schedule, stop_at
 
 
 def _common_args(card: CandidateCard, work: Path, schedule: int, seed: int) -> dict:
@@ -237,12 +229,13 @@ def _publish(trainer, tokenizer, card, parent_dir, out: Path, work: Path, *, run
     if trial:  # keep the optimizer/scheduler/rng state so nu = continue can resume it
         shutil.copytree(ckpt.last_trainer_checkpoint(work), stage / ckpt.STATE_DIR)
     history = trainer.state.log_history
-    log, tokens = _final_log(history, card.method, resumed_step, _trial_prefix(resume_from))
+    prefix = _trial_prefix(resume_from)
+    log, tokens = _final_log(history, card.method, resumed_step, prefix)
     result = TrainResult(
         card_id=card.id, run_key=run_key, parent_sha256=ckpt.weights_sha256(parent_dir),
         checkpoint=str(out), checkpoint_sha256=ckpt.weights_sha256(stage),
         adapter_dir=str(out / adapter) if adapter else None, steps=trainer.state.global_step,
-        fraction=fraction, wall_seconds=wall, train_tokens=tokens, log=log,
+        steps_run=trainer.state.global_step - prefix, nominal_steps=card.budget.steps, fraction=fraction, wall_seconds=wall, train_tokens=tokens, log=log,
         sanity=run_checks(card.method, history, parent_dir, str(stage)),
         never_promotable=trial, resumed_from=str(resume_from) if resume_from else None,
     )

@@ -1,7 +1,9 @@
 """Bounded validation trials (BCIT.md §5).
 
-A trial trains at most 20% of the card's nominal steps from the current parent (through the
-same `train` as a full run, so nu = continue can resume it), then the caller's `measure`
+A trial trains at most 20% of the card's nominal steps (trainers.steps.trial_steps: the
+floor, never more; a card whose share is under one step is refused with TrialRefused before
+anything is written) from the current parent (through the same `train` as a full run, so
+nu = continue can resume it), then the caller's `measure`
 evaluates the trial child — trainers/ cannot import evaluators/ — and `verdict` applies the
 frozen thresholds:
 
@@ -29,8 +31,8 @@ from experience_bank.records import CandidateCard
 from experience_bank.results import TrainResult, TrialResult
 from trainers.run import train
 from trainers.sanity import failed_checks
+from trainers.steps import MAX_TRIAL_FRACTION, trial_steps
 
-MAX_TRIAL_FRACTION = 0.20
 TRIAL_FILE = "trial.json"
 Measure = Callable[[str], tuple[float, Mapping[str, float], Sequence[str]]]
 
@@ -73,8 +75,7 @@ def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
     """Train the trial prefix, measure it, and return its verdict (idempotent on run_key)."""
     if card.nu == "none":
         raise BadInput(f"card {card.id} has nu = none: no faithful short run exists; route it to Reject or Train")
-    if not 0.0 < fraction <= MAX_TRIAL_FRACTION:
-        raise BadInput(f"trial fraction {fraction} must be in (0, {MAX_TRIAL_FRACTION}]: pass e.g. 0.2")
+    trial_steps(card, fraction)  # refuses a fraction above 20% and a share under one step
     saved = Path(out_dir) / TRIAL_FILE
     if saved.is_file():
         done = TrialResult.model_validate_json(saved.read_text())
