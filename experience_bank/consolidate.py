@@ -10,20 +10,16 @@ whole and flagged, and the authorizer refuses a direct Train on a flagged record
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from scipy import stats
-
+from experience_bank.evidence import lower_bound  # delta_src of merged replicates: the one definition
 from experience_bank.hashing import content_hash
 from experience_bank.records import HistoricalRecord, Proposal, Provenance, RetentionEffect, SourceEvidence
 
 NOISE_PP = 1.0
 """Effects within +-1 pp of zero count as noise: only effects beyond it can contradict."""
-CONFIDENCE = 0.95
-"""Two-sided level of the replicate confidence interval whose lower end becomes delta_src."""
 _GRADE_ORDER = {"A": 0, "B": 1, "C": 2}
 # Grades A and B come from matched-control (paired) runs; grade C is a log-only estimate.
 _MATCHED = ("A", "B")
@@ -51,16 +47,6 @@ def contradicts(records: list[HistoricalRecord], noise_pp: float = NOISE_PP) -> 
     """True when some effect is clearly positive and another clearly negative."""
     effects = [r.evidence.delta_point for r in records]
     return any(e > noise_pp for e in effects) and any(e < -noise_pp for e in effects)
-
-
-def lower_bound(effects: list[float], confidence: float = CONFIDENCE) -> float:
-    """Lower end of the two-sided Student-t interval of the mean of the replicate effects."""
-    mean = statistics.fmean(effects)
-    sd = statistics.stdev(effects)
-    if sd == 0.0:
-        return mean
-    t = stats.t.ppf(0.5 + confidence / 2, len(effects) - 1)
-    return mean - float(t) * sd / math.sqrt(len(effects))
 
 
 def _retention(members: list[HistoricalRecord]) -> tuple[RetentionEffect, ...]:

@@ -4,6 +4,9 @@ import pytest
 
 from agent.world.catalogue import card_by_id
 from agent.world.seed_bank import GRADE_PLAN, KAPPA, evidence_from, source_card
+from bank_factory import record
+from experience_bank.consolidate import merged_evidence
+from experience_bank.evidence import lower_bound
 from test_catalogue import fake_world  # tests/ is on sys.path (rootdir-relative import mode)
 
 
@@ -23,6 +26,28 @@ def test_grade_a_agreeing_replicates_use_a_lower_bound():
     assert ev.delta_point == pytest.approx(20.0) and ev.delta_src < ev.delta_point
     assert ev.kappa == KAPPA["sql"] and ev.target_metric == "sql/source.exec_acc"
     assert {r.metric: r.delta for r in ev.retention}["ifeval.prompt_strict"] == pytest.approx(-8.0)
+
+
+EFFECTS = [12.0, 4.0, 8.0, 10.0, 6.0]  # mean 8, sd sqrt(10), n 5
+
+
+def test_delta_src_is_the_one_sided_95_lower_bound():
+    # 8 - t(0.95, df 4) * sqrt(10) / sqrt(5) = 8 - 2.131847 * 1.414214 (a two-sided 95% end would be 4.073)
+    assert lower_bound(EFFECTS) == pytest.approx(4.985113, abs=1e-6)
+    assert lower_bound([3.0, 3.0]) == 3.0
+    with pytest.raises(ValueError, match="at least two"):
+        lower_bound([3.0])
+
+
+def test_seed_bank_and_consolidation_give_the_same_bound_on_the_same_effects():
+    # The seed bank's paired units are items: two agreeing replicates scoring d/100 above a zero control.
+    control = {"items": {f"i{k}": 0.0 for k in range(5)}, "metric": "exec_acc",
+               "ifeval": {"prompt_strict": 80.0, "inst_strict": 85.0}}
+    run = {**control, "items": {f"i{k}": d / 100 for k, d in enumerate(EFFECTS)}}
+    seeded = evidence_from(CARD, control, [run, run], "A").delta_src
+    # Consolidation's paired units are replicate records with those effects.
+    merged = merged_evidence([record(delta=d, seed=k) for k, d in enumerate(EFFECTS)]).delta_src
+    assert seeded == pytest.approx(merged, abs=1e-6) == pytest.approx(lower_bound(EFFECTS), abs=1e-6)
 
 
 def test_disagreeing_replicates_are_not_grade_a():

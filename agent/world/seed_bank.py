@@ -14,9 +14,10 @@ seeds; budgets are equal because each card runs at the same share of its nominal
 Evidence grades follow a plan frozen before any run (`GRADE_PLAN`, outcome-blind):
 - A: two replicates (training seeds 0 and 1), each paired with the control on every item.
   If both replicate deltas have the same sign the record is grade A, chi = 1, and
-  delta_src is the one-sided 95% lower confidence bound of the item-level paired
-  differences (child mean over replicates minus control), t from scipy.stats.t. Replicates
-  that disagree in sign make it grade B with the point estimate (`REPLICATES_DISAGREED`).
+  delta_src is experience_bank.evidence.lower_bound (the one definition, one-sided 95%
+  Student-t) of the item-level paired differences (child mean over replicates minus
+  control). Replicates that disagree in sign make it grade B with the point estimate
+  (`REPLICATES_DISAGREED`).
 - B: one paired run; delta_src = the paired point estimate.
 - C: log-only: one run, scored on only the second half of the items and compared with the
   control's logged mean over all items: a difference of two logged means over different
@@ -46,6 +47,7 @@ from pathlib import Path
 
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
+from experience_bank.evidence import lower_bound
 from experience_bank.hashing import content_hash
 from experience_bank.records import (
     CandidateCard, DataMix, DatasetRef, HistoricalRecord, ModelRef, Provenance, RetentionEffect, SourceContext,
@@ -265,8 +267,6 @@ class _Runner:
 
 def evidence_from(card: CandidateCard, control: dict, runs: list[dict], grade: str) -> SourceEvidence:
     """SourceEvidence from a control summary and one or two intervention summaries."""
-    from scipy import stats
-
     ctrl = control["items"]
     per_run = [100.0 * (_mean(r["items"].values()) - _mean(ctrl.values())) if grade == "C"
                else 100.0 * _mean(r["items"][i] - ctrl[i] for i in r["items"] if i in ctrl) for r in runs]
@@ -278,9 +278,7 @@ def evidence_from(card: CandidateCard, control: dict, runs: list[dict], grade: s
         else:
             common = [i for i in ctrl if all(i in r["items"] for r in runs)]
             diffs = [100.0 * (_mean(r["items"][i] for r in runs) - ctrl[i]) for i in common]
-            n = len(diffs)
-            sd = (sum((d - point) ** 2 for d in diffs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-            delta_src = point - float(stats.t.ppf(0.95, n - 1)) * sd / n ** 0.5
+            delta_src = lower_bound(diffs)
     retention = tuple(RetentionEffect(metric=f"ifeval.{m}", delta=round(
         sum(r["ifeval"][m] for r in runs) / len(runs) - control["ifeval"][m], 6)) for m in RETENTION_METRICS)
     return SourceEvidence(target_metric=f"{card.family}/source.{control['metric']}", delta_src=round(delta_src, 6),
