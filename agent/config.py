@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.inputs import read_text
 from experience_bank.errors import BadInput
 
 Pp = Annotated[float, Field(ge=0.0, le=100.0)]
@@ -31,7 +32,7 @@ class RunConfig(BaseModel):
     """Episode budget in device-hours (`36gpuh`, `2.5h`, `90m`)."""
     policy: str = "bcit"
     """Authorization policy name (policies.POLICIES)."""
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Seed of training, sampling and generation."""
     bank: str = "runs/bank.sqlite"
     """Experience bank path (built from the world's seed bank when missing)."""
@@ -55,7 +56,7 @@ class RunConfig(BaseModel):
     """Reject below this Q."""
     tau_h: Annotated[float, Field(ge=0.0, le=1.0)] = 0.70
     """Train directly at or above this Q with chi = 1."""
-    fallback_lease: Annotated[int, Field(ge=0)] = 1
+    fallback_lease: Annotated[int, Field(ge=0, le=1000)] = 1
     """Inconclusive trials that may still go on to a full run in one episode."""
 
     # --- validation trial ---------------------------------------------------------------
@@ -83,10 +84,10 @@ class RunConfig(BaseModel):
     """Devices a run occupies (measured mode)."""
     eval_device_hours: Annotated[float, Field(ge=0.0, le=1000.0)] = 0.25
     """Nominal device-hours of evaluating one model on one split (all suites)."""
-    max_consecutive_rejections: Annotated[int, Field(ge=1)] = 24
+    max_consecutive_rejections: Annotated[int, Field(ge=1, le=1_000_000)] = 24
     """Stop after this many rejections in a row (a rejection costs no compute, so the default
     lets the whole 24-card catalogue be decided)."""
-    max_candidates: Annotated[int, Field(ge=1)] | None = None
+    max_candidates: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     """Stop after deciding this many candidates (None = all)."""
 
     # --- evaluation and execution -------------------------------------------------------
@@ -104,9 +105,14 @@ class RunConfig(BaseModel):
     """torch.set_num_threads for training and generation."""
     quiet: bool = False
     """Logs only, no live display."""
+    tracking: bool = True
+    """Mirror the episode into MLflow (agent/tracking.py; a view, never the source of truth)."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; None = MLFLOW_TRACKING_URI, else sqlite:///<runs folder>/mlflow.db."""
 
 
-FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet")
+FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet",
+             "tracking", "tracking_uri")
 """Config keys that `agent run` also takes as flags (flags win)."""
 
 
@@ -118,6 +124,9 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     seen: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str):
+            raise BadInput(f"config key {key!r} at line {key_node.start_mark.line + 1} is not a string: "
+                           "config keys are names such as seed or policy")
         if key in seen:
             raise BadInput(f"duplicate key {key!r} in the config file: keep one of the two values")
         seen[key] = loader.construct_object(value_node, deep=deep)
@@ -129,15 +138,20 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def read_yaml(path: str) -> dict[str, Any]:
     """The mapping in a config file; BadInput when missing, unparseable or not a mapping."""
-    p = Path(path)
-    if not p.is_file():
+    if not Path(path).is_file():
         raise BadInput(f"config file {path} not found: pass an existing --config path (e.g. runs/default.yaml)")
+    text = read_text(path, "config file")
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise BadInput(f"config file {path} is not valid YAML{where}: fix the syntax") from None
+    except BadInput:
+        raise
+    except (RecursionError, ValueError) as exc:  # deep nesting; an integer past Python's digit limit
+        raise BadInput(f"config file {path} cannot be read ({type(exc).__name__}): use plain keys and values") \
+            from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -146,6 +146,7 @@ def check_inputs(cfg: RunConfig) -> float:
     """Every check that needs no writing; BadInput names the problem and the fix."""
     from trainers.ledger import parse_budget
 
+    from agent.inputs import check_bank_file
     from policies import POLICIES
 
     budget_h = parse_budget(cfg.episode_budget)
@@ -161,6 +162,7 @@ def check_inputs(cfg: RunConfig) -> float:
     if cfg.deepspeed_config is not None and not Path(cfg.deepspeed_config).is_file():
         raise BadInput(f"DeepSpeed config {cfg.deepspeed_config} not found: fix deepspeed_config")
     bank = Path(cfg.bank)
+    check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
     if bank.exists():
         from experience_bank.bank import Bank
 
@@ -189,7 +191,9 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
                    "stage": 0, "parent_dir": manifest["initial"]["dir"], "parent_sha": manifest["initial"]["sha256"],
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
                    "stop_reason": ""}
-        with _display(cfg, ctx, say):
+        from agent.tracking import tracked  # the MLflow view (a tracker that is down warns once)
+
+        with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
             return drive(ctx, initial, run_dir / "checkpoints.sqlite")
     finally:
         bank.close()

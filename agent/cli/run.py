@@ -9,6 +9,7 @@ EXAMPLES = """examples:
   agent run --config runs/test.yaml --out runs/ep-test --quiet
   agent run --proposer openai --base-url http://127.0.0.1:8000/v1 --model qwen3-4b
   agent run --resume ep-test
+  agent run --config runs/test.yaml --tracking-uri http://127.0.0.1:5000
 """
 
 
@@ -26,14 +27,21 @@ def register(sub) -> None:
     p.add_argument("--model", help="model name at that endpoint (proposer openai)")
     p.add_argument("--resume", metavar="ID", help="resume the run runs/ID (or a run directory) where it stopped")
     p.add_argument("--quiet", action="store_true", default=None, help="log lines only, no live display")
+    p.add_argument("--tracking-uri", dest="tracking_uri", metavar="URI",
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs folder>/mlflow.db)")
+    p.add_argument("--no-tracking", dest="tracking", action="store_false", default=None,
+                   help="do not mirror the episode into MLflow")
     p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args) -> int:
     from agent.config import FLAG_KEYS, build_config
+    from agent.inputs import check_out_dir
     from agent.episode import run_episode
 
     cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
+    if cfg.out and not args.resume:
+        check_out_dir(cfg.out)
     final = run_episode(cfg, resume=args.resume)
     print(f"episode {final.get('episode_id')}: stopped ({final.get('stop_reason')}), {final.get('stage', 0)} "
           f"promotion(s), {final.get('spent_h', 0.0):.3f} device-hours, library version "

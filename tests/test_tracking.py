@@ -1,0 +1,186 @@
+"""MLflow tracking of a (fake-boundary) episode: runs, nested decision runs, ledger metrics, the
+registry's champion, idempotence under resume and kill -9, and a tracker that is down.
+
+The loop, the bank, parent.json and the MLflow store (SQLite) are real; the trainer, evaluator
+and gate are the fakes of test_graph_fakes.py. Run as a script (`python tests/test_tracking.py
+RUN_DIR URI`) to drive one tracked fake episode (the kill/resume test does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import test_graph_fakes as fakes  # noqa: E402
+
+
+class ChargingLedger(fakes.FakeLedger):
+    """The fake ledger with the real one's charges() rows."""
+
+    def charges(self, episode_id):
+        return [{"key": r["key"], "device_hours": r["h"]} for r in self.rows() if r["episode"] == episode_id]
+
+
+class PromotingPorts(fakes.FakePorts):
+    """The fake ports; a promotion also moves the real parent.json (agent.promotion.promote)."""
+
+    def promote(self, run_dir, child_dir, verdict):
+        from agent.promotion import promote
+
+        dest = super().promote(run_dir, child_dir, verdict)
+        promote(run_dir, dest, verdict)
+        return dest
+
+
+def tracked_fake(run_dir: Path, uri: str, said: list | None = None) -> dict:
+    from agent.episode import drive
+    from agent.promotion import init_parent
+    from agent.tracking import tracked
+
+    ctx, initial, bank = fakes.make_ctx(run_dir)
+    ctx.manifest = ctx.manifest | {"manifest_hash": initial["manifest_hash"],
+                                   "config": ctx.manifest["config"] | {"policy": "bcit", "world": "fake"}}
+    ctx.ledger, ctx.ports = ChargingLedger(run_dir / "ledger.jsonl"), PromotingPorts(run_dir)
+    if not (run_dir / "parent.json").exists():  # a resumed episode keeps its pointer
+        init_parent(run_dir, initial["parent_dir"], initial["parent_sha"])
+    try:
+        with tracked(ctx, enabled=True, uri=uri, say=(said if said is not None else []).append):
+            return drive(ctx, initial, run_dir / "checkpoints.sqlite")
+    finally:
+        bank.close()
+
+
+def _client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _view(uri: str, run_dir: Path) -> dict:
+    """What the store holds for episode E-fake, as plain values."""
+    from agent.tracking import EXPERIMENT, lineage_name
+
+    c = _client(uri)
+    exp = c.get_experiment_by_name(EXPERIMENT).experiment_id
+    episode = c.search_runs([exp], "tags.kind = 'episode'")
+    decisions = c.search_runs([exp], "tags.kind = 'decision'", order_by=["params.seq ASC"])
+    lineage = lineage_name("fake", json.loads((run_dir / "manifest.json").read_text())["initial"]["sha256"])
+    versions = c.search_model_versions(f"name = '{lineage}'")
+    return {"episode": episode, "decisions": decisions, "versions": versions, "client": c, "lineage": lineage,
+            "aliases": c.get_registered_model(lineage).aliases,
+            "spent": [m.value for m in c.get_metric_history(episode[0].info.run_id, "ledger.spent_h")]}
+
+
+def test_episode_is_mirrored_with_decisions_ledger_and_champion(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "E-fake"
+    said: list = []
+    final = tracked_fake(run_dir, uri, said)
+    assert said == [] and final["stage"] == 3
+    v = _view(uri, run_dir)
+    (ep,) = v["episode"]
+    assert ep.info.status == "FINISHED"
+    assert ep.data.tags["policy"] == "bcit" and ep.data.params["manifest_hash"] == final["manifest_hash"]
+    outcomes = [(r.data.params["card"], r.data.tags["outcome"]) for r in v["decisions"]]
+    assert outcomes == [("S01", "rejected"), ("S02", "promoted"), ("S03", "rolled_back"), ("S04", "trial_failed"),
+                        ("S05", "promoted"), ("S06", "promoted")]
+    by_card = {r.data.params["card"]: r for r in v["decisions"]}
+    assert all(r.data.tags["mlflow.parentRunId"] == ep.info.run_id for r in v["decisions"])
+    s03 = by_card["S03"].data
+    assert s03.tags["rolled_back_by"] == "target" and s03.metrics["gate.target.passed"] == 0.0
+    assert s03.metrics["gate.target.gain"] == -3.0 and s03.metrics["gain.sql/target.exec_acc"] == -3.0
+    assert "Q" in by_card["S02"].data.metrics and by_card["S01"].data.params["action"] == "reject"
+    # the ledger: every charge one step; the last cumulative value is what the ledger says was spent
+    charges = ChargingLedger(run_dir / "ledger.jsonl").charges("E-fake")
+    assert len(v["spent"]) == len(charges) and abs(v["spent"][-1] - sum(c["device_hours"] for c in charges)) < 1e-9
+    # registry: three promotions, three versions; champion = parent.json's parent, previous = the one before
+    assert sorted(int(x.version) for x in v["versions"]) == [1, 2, 3]
+    parent = json.loads((run_dir / "parent.json").read_text())
+    champion = v["client"].get_model_version_by_alias(v["lineage"], "champion")
+    assert champion.tags["sha256"] == parent["parent"]["sha256"] and champion.tags["candidate"] == "S06"
+    assert v["client"].get_model_version_by_alias(v["lineage"], "previous").tags["candidate"] == "S05"
+    assert not any(x.tags["candidate"] == "S03" for x in v["versions"])  # a rolled-back child is never registered
+    artifacts = {a.path for a in v["client"].list_artifacts(ep.info.run_id)}
+    assert {"manifest.json", "parent.json"} <= artifacts
+
+
+def test_second_sync_and_half_logged_run_log_nothing_twice(tmp_path):
+    from agent.tracking import CHAMPION
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "E-fake"
+    tracked_fake(run_dir, uri)
+    v = _view(uri, run_dir)
+    c = v["client"]
+    # what a kill -9 can leave: a decision run not yet FINISHED, the alias not yet moved
+    c.update_run(v["decisions"][2].info.run_id, "RUNNING")
+    c.delete_registered_model_alias(v["lineage"], CHAMPION)
+    said: list = []
+    tracked_fake(run_dir, uri, said)  # finished already: the graph does nothing, the tracker syncs
+    again = _view(uri, run_dir)
+    assert said == []
+    assert [r.data.params["card"] for r in again["decisions"]] == [r.data.params["card"] for r in v["decisions"]]
+    assert all(r.info.status == "FINISHED" for r in again["decisions"])
+    assert len(again["versions"]) == 3 and again["aliases"] == v["aliases"]
+    assert again["spent"] == v["spent"]
+
+
+def test_kill_9_then_resume_registers_each_promotion_once(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "E-fake"
+    script = [sys.executable, __file__, str(run_dir), uri]
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_KILL"}
+    killed = subprocess.run(script, env=env | {"FAKE_KILL": "appended:S06"}, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert len(_view(uri, run_dir)["versions"]) == 2  # S02 and S05 were synced before the kill
+    resumed = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    v = _view(uri, run_dir)
+    assert [x.tags["candidate"] for x in sorted(v["versions"], key=lambda x: int(x.version))] == ["S02", "S05", "S06"]
+    assert len(v["decisions"]) == 6 and len({r.data.tags["decision_hash"] for r in v["decisions"]}) == 6
+    assert v["episode"][0].info.status == "FINISHED" and len(v["episode"]) == 1
+
+
+def test_a_tracker_that_is_down_warns_once_and_the_episode_goes_on(tmp_path):
+    reference = fakes.run_fake(tmp_path / "ref")
+    said: list = []
+    start = time.monotonic()
+    final = tracked_fake(tmp_path / "E-fake", "http://127.0.0.1:9", said)
+    assert time.monotonic() - start < 60
+    assert len(said) == 1 and "http://127.0.0.1:9" in said[0] and "--resume" in said[0], said
+    assert {k: final[k] for k in ("stage", "seq", "stop_reason")} == {k: reference[k] for k in ("stage", "seq", "stop_reason")}
+    assert json.loads((tmp_path / "E-fake" / "parent.json").read_text())["promotions"] == 3
+
+
+def test_tracking_uri_precedence(tmp_path, monkeypatch):
+    from agent.tracking import tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracker:5000")
+    assert tracking_uri(None, tmp_path) == "http://tracker:5000"
+    assert tracking_uri("sqlite:///x.db", tmp_path) == "sqlite:///x.db"
+
+
+def test_run_flags_reach_the_config():
+    from agent.cli.main import build_parser
+    from agent.cli.run import cmd_run  # noqa: F401 (the command exists)
+    from agent.config import FLAG_KEYS, build_config
+
+    args = build_parser().parse_args(["run", "--no-tracking", "--tracking-uri", "http://h:1"])
+    cfg = build_config(None, {k: getattr(args, k) for k in FLAG_KEYS})
+    assert cfg.tracking is False and cfg.tracking_uri == "http://h:1"
+    assert build_config(None, {}).tracking is True
+
+
+if __name__ == "__main__":
+    print(json.dumps({k: v for k, v in tracked_fake(Path(sys.argv[1]), sys.argv[2]).items()
+                      if k in ("stop_reason", "seq")}))
