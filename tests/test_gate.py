@@ -175,3 +175,30 @@ def test_severity_regime_boundaries():
              -19.99: "severe", -20.0: "catastrophic", 15.0: "none"}
     for drift, regime in cases.items():
         assert severity(drift) == regime
+
+
+# --- a parent that is not the initial model: IFEval is guarded against the INITIAL parent,
+# the target gain is measured against the current parent.
+
+
+def test_a_child_within_2pp_of_its_parent_but_more_below_the_initial_is_blocked():
+    parent = world("parent", prompt=58.5, inst=69.0, sql=45.0)  # an earlier promotion, within the guard
+    child = world("child", prompt=57.5, inst=68.5, sql=50.0)    # prompt -1.0 pp vs parent, -2.5 pp vs initial
+    v = judge(child, parent=parent)
+    assert not v.promote and v.decided_by == "ifeval_guard"
+    nums = check(v, "ifeval_guard").numbers
+    assert (nums["initial_prompt"], nums["child_prompt"]) == (60.0, 57.5)
+    assert nums["delta_prompt"] == pytest.approx(-2.5) and nums["delta_instruction"] == pytest.approx(-1.5)
+    assert check(v, "target").passed and check(v, "target").numbers["target_gain_pp"] == pytest.approx(5.0)
+    assert len({v.initial_sha256, v.parent_sha256, v.child_sha256}) == 3
+
+
+def test_a_child_more_than_2pp_below_its_parent_but_within_2pp_of_the_initial_passes():
+    parent = world("parent", prompt=63.0, inst=73.0, sql=45.0)  # the parent had gained on IFEval
+    child = world("child", prompt=60.5, inst=70.5, sql=50.0)    # -2.5 pp vs parent, +0.5 pp vs initial
+    v = judge(child, parent=parent)
+    assert v.promote and v.decided_by == "all_passed"
+    nums = check(v, "ifeval_guard").numbers
+    assert nums["delta_prompt"] == pytest.approx(0.5) and nums["delta_instruction"] == pytest.approx(0.5)
+    assert check(v, "target").numbers["target_gain_pp"] == pytest.approx(5.0)  # 50 vs the parent's 45, not the initial's 40
+    assert v.u_prom == pytest.approx((5 / 10 + 0 / 10) / 2)
