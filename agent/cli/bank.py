@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from agent.inputs import check_bank_file, check_out_file, jsonl_lines
 from experience_bank.bank import Bank
 from experience_bank.hashing import canonical_json
 
@@ -19,6 +20,7 @@ def bank_init(args) -> int:
 
 
 def bank_import(args) -> int:
+    jsonl_lines(args.file, "records file")  # encoding and JSON checked before the bank is opened
     with Bank.open(args.bank) as bank:
         hashes = bank.import_jsonl(args.file, library_note=f"import {args.file}")
         print(f"imported {len(hashes)} records; library version {bank.current_library_version()}")
@@ -26,6 +28,8 @@ def bank_import(args) -> int:
 
 
 def bank_export(args) -> int:
+    if args.out:
+        check_out_file(args.out)
     with Bank.open(args.bank) as bank:
         entries = bank.library_records(args.version)
     out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
@@ -73,11 +77,19 @@ def bank_consolidate(args) -> int:
     return 0
 
 
+def _bank_checked(func):
+    """An existing --bank must be an SQLite file before Bank opens (and would migrate) it."""
+    def checked(args) -> int:
+        check_bank_file(args.bank)
+        return func(args)
+    return checked
+
+
 def _command(group, name: str, func, example: str, help_text: str) -> argparse.ArgumentParser:
     p = group.add_parser(name, help=help_text, description=f"{help_text}\n\nexample: {example}",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bank", default=DEFAULT_BANK, help=f"bank file (default {DEFAULT_BANK})")
-    p.set_defaults(func=func)
+    p.set_defaults(func=_bank_checked(func))
     return p
 
 

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from agent.cli.inputs import check_bank_file, jsonl_lines, read_text
+from agent.inputs import check_bank_file, jsonl_lines, read_text
 from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
 from experience_bank.records import Grade, Ident, Nu, parse_model
 
-Score = Annotated[float, Field(ge=0.0, le=1.0)]
-"""A compatibility field score (0, 0.5 or 1; features_from_row checks the grid)."""
+
+
+def _on_grid(value: float) -> float:
+    if value not in (0.0, 0.5, 1.0):
+        raise ValueError(f"a field score is 0, 0.5 or 1, got {value}")
+    return value
+
+
+Score = Annotated[float, AfterValidator(_on_grid)]
+"""A compatibility field score."""
 
 
 def register(sub) -> None:
@@ -137,8 +145,19 @@ def cmd_authorize(args) -> int:
     return 0
 
 
+def _check_ledger_files(path: str) -> None:
+    """Every file `audit` reads is UTF-8 JSONL of objects (the ledger at least one line)."""
+    from policies.audit import _ledger_paths  # the one owner of where an episode keeps them
+
+    ledger, outcomes = _ledger_paths(path)
+    jsonl_lines(ledger, "decision ledger")
+    if outcomes is not None:
+        jsonl_lines(outcomes, "outcomes file", allow_empty=True)
+
+
 def cmd_audit(args) -> int:
     from policies.audit import audit
+    _check_ledger_files(args.path)
     report = audit(args.path)
     if args.json:
         print(json.dumps(report, indent=1))

@@ -8,16 +8,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
+from pathlib import Path
+
+from agent.inputs import check_model_dir, check_out_dir, read_text
+from experience_bank.errors import BadInput
+
+
+def check_inputs(args) -> None:
+    """What can be checked before a folder is made: the model folder, --out, --n, --data's encoding."""
+    if args.n is not None and args.n < 1:
+        raise BadInput(f"--n {args.n} must be at least 1")
+    if args.batch_size < 1:
+        raise BadInput(f"--batch-size {args.batch_size} must be at least 1")
+    if args.backend == "transformers":
+        if not Path(args.model).is_dir():
+            raise BadInput(f"--model {args.model} is not a local model folder: give a folder saved by "
+                           "save_pretrained (or choose --backend vllm/openai for a served model)")
+        check_model_dir(args.model, "--model")
+    if args.out:
+        check_out_dir(args.out)
+    if args.data and Path(args.data).is_file():
+        read_text(args.data, "--data file")  # a loader would stop at the first non-UTF-8 byte
 
 
 def eval_cmd(args) -> int:
     from evaluators import evaluate, loaders  # heavy imports only when the command runs
 
+    check_inputs(args)
     items = {args.suite: loaders.for_suite(args.suite, args.data, args.split, args.n)} if args.data else None
     out_dir = args.out or tempfile.mkdtemp(prefix="agent-eval-")
-    results = evaluate(args.model, [args.suite], args.split, out_dir=out_dir, backend=args.backend,
-                       batch_size=args.batch_size, n=args.n, seed=args.seed, items=items)
+    try:
+        results = evaluate(args.model, [args.suite], args.split, out_dir=out_dir, backend=args.backend,
+                           batch_size=args.batch_size, n=args.n, seed=args.seed, items=items)
+    except BaseException:
+        if not args.out:  # our own temp folder: a refused or failed evaluation leaves nothing behind
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     res = results[args.suite]
     summary = {"suite": args.suite, "split": args.split, "metrics": res.metrics, "n_items": len(res.items),
                "n_unparseable": res.n_unparseable, "n_unknown": res.n_unknown, "out_dir": str(out_dir),

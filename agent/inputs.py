@@ -1,0 +1,159 @@
+"""Checks of user-given files and paths that several commands share, run before anything is written.
+
+Every reader here turns what the operating system, the UTF-8 decoder or the JSON parser would
+raise into one BadInput line naming the file, the line where known, and the fix. JSON is
+always parsed by `experience_bank.hashing.loads_strict` (duplicate keys, NaN, huge integers,
+deep nesting refused).
+
+Out of scope: the bank's own integrity (`agent bank verify`) and a model's numerical health
+(trainers' sanity checks); a bank file is checked here only for being an SQLite file at all,
+so that opening it cannot turn a stray file into a fresh bank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import loads_strict
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html)."""
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A file's text, strictly UTF-8."""
+    file = Path(path)
+    if not file.is_file():
+        raise BadInput(f"{what} {path} does not exist or is not a file: give the path of an existing file")
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"cannot read {what} {path} ({exc.strerror}): check that the file is readable") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BadInput(f"{what} {path} line {line} is not UTF-8 (byte {exc.start}: {exc.reason}): "
+                       "save the file as UTF-8") from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """The one JSON value in a file."""
+    try:
+        return loads_strict(read_text(path, what))
+    except BadInput as exc:
+        if str(exc).startswith(what):
+            raise
+        raise BadInput(f"{what} {path}: {exc}") from None
+
+
+def json_kind(value: Any) -> str:
+    """JSON's name for a parsed value's type (for messages)."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "boolean"
+    return {int: "number", float: "number", str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def jsonl_lines(path: str | Path, what: str, allow_empty: bool = False) -> list[tuple[int, str]]:
+    """(line number, text) of every non-blank line, each one checked to be a strict JSON object."""
+    rows = []
+    for n, line in enumerate(read_text(path, what).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = loads_strict(line)
+        except BadInput as exc:
+            raise BadInput(f"{what} {path} line {n}: {exc}") from None
+        if not isinstance(value, dict):
+            raise BadInput(f"{what} {path} line {n} is a JSON {json_kind(value)}, not an object: "
+                           "give one JSON object per line")
+        rows.append((n, line))
+    if not rows and not allow_empty:
+        raise BadInput(f"{what} {path} is empty: give one JSON object per line")
+    return rows
+
+
+def read_jsonl(path: str | Path, what: str) -> list[dict]:
+    """The JSON object of every non-blank line (at least one)."""
+    return [loads_strict(line) for _, line in jsonl_lines(path, what)]
+
+
+def check_bank_file(path: str | Path) -> None:
+    """A bank path that exists must already be an SQLite file: opening anything else would
+    migrate it into a fresh bank (a 0-byte file becomes a 90 KB one) before any refusal."""
+    file = Path(path)
+    if not file.exists():
+        return
+    if not file.is_file():
+        raise BadInput(f"bank {path} is not a file: give the path of an SQLite bank (or a new path)")
+    try:
+        with open(file, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise BadInput(f"cannot read bank {path} ({exc.strerror}): check that the file is readable") from None
+    if head != SQLITE_HEADER:
+        what = "empty (0 bytes)" if not head else "not an SQLite database"
+        raise BadInput(f"bank {path} is {what}: remove it, or give the path of a bank made by `agent bank init`")
+
+
+def check_out_dir(path: str | Path, flag: str = "--out") -> None:
+    """An output directory may be new or an existing directory, never an existing file."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise BadInput(f"{flag} {path} is an existing file: give a directory path")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise BadInput(f"{flag} {path} lies under {parent}, which is a file: give a directory path")
+
+
+def check_out_file(path: str | Path, flag: str = "--out") -> None:
+    """An output file may be new or an existing file (replaced), never a directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise BadInput(f"{flag} {path} is a directory: give a file path")
+    if not p.parent.is_dir():
+        raise BadInput(f"{flag} {path}: folder {p.parent} does not exist; create it first")
+
+
+def check_model_dir(path: str | Path, flag: str) -> None:
+    """A local model folder that transformers can load: a config.json it reads and
+    safetensors files whose headers parse. Cheap (no weights are read), and it runs
+    before a trainer or evaluator writes its first file."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return  # not a local folder: a served model name or a hub id, checked by its backend
+    config = read_json(folder / "config.json", f"{flag} model config")
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise BadInput(f"{flag} {path}/config.json has no model_type: give a folder saved by save_pretrained")
+    _check_config(folder, flag)
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        raise BadInput(f"{flag} {path} holds no *.safetensors weights: give a folder saved by save_pretrained")
+    for file in weights:
+        _check_safetensors(file, flag)
+
+
+def _check_config(folder: Path, flag: str) -> None:
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{flag} {folder}/config.json cannot be loaded by transformers ({first}): "
+                       "give a folder saved by save_pretrained") from None
+
+
+def _check_safetensors(file: Path, flag: str) -> None:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            list(f.keys())
+    except (SafetensorError, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{flag} weights {file} cannot be read ({first}): re-save the model with save_pretrained") \
+            from None
+
