@@ -33,6 +33,8 @@ DATA = Path(__file__).parent / "data" / "retrospective24.json"
 FAMILIES = ("finance", "sql", "function")
 BUDGETS = ("0.05", "0.10", "0.20")
 AUDIT_POLICIES = ("bcit", "flat_additive", "additive_veto", "no_applicability", "no_hard_veto", "applicability_only")
+LEASES = ("0", "1", "unlimited")
+"""Fallback leases the Audit-24 aggregates are also shown under (the lease is an interpretation)."""
 
 
 def classify(full: dict, band: float, floor: float) -> str:
@@ -83,7 +85,23 @@ def audit_study(cells: list[Cell], config: PolicyConfig) -> dict:
     return {"frozen_decisions_hash": content_hash([c.features.model_dump(mode="json") for c in cells]),
             "cells": {k: sum(c.outcome.outcome == k for c in cells) for k in ("beneficial", "harmful", "neutral")},
             "policies": scored["policies"], "mcnemar_p": scored["mcnemar_p"],
-            "authorized": {p: [c.candidate_id for c, r in zip(cells, w) if r["authorized"]] for p, w in scored["walks"].items()}}
+            "authorized": {p: [c.candidate_id for c, r in zip(cells, w) if r["authorized"]] for p, w in scored["walks"].items()},
+            "fallback_lease": config.fallback_lease, "by_lease": lease_sensitivity(cells, config)}
+
+
+def lease_sensitivity(cells: list[Cell], config: PolicyConfig) -> dict[str, dict[str, dict]]:
+    """HER, BCov and harmful share of every policy with the fallback lease at 0, 1 and unlimited.
+
+    BCIT.md §5 says only "Inconclusive -> Train where the frozen fallback lease allows"; the
+    count-per-episode reading is the project's, so the aggregates are shown under each lease.
+    "unlimited" gives every cell a lease, which can never run out."""
+    out = {}
+    for label in LEASES:
+        lease = len(cells) if label == "unlimited" else int(label)
+        leased = PolicyConfig.model_validate({**config.model_dump(), "fallback_lease": lease})
+        scored = score_policies(cells, leased)["policies"]
+        out[label] = {p: {k: m[k] for k in ("her", "bcov", "harmful_share")} for p, m in scored.items()}
+    return out
 
 
 def shortfull(ids: list[str], methods: list[str], short: list[dict], full: list[float], verdicts: list[str],
@@ -178,6 +196,24 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{round(100 * x + 1e-9, 1):.1f}%"
 
 
+def audit_table(audit: dict) -> list[str]:
+    """The Audit table (markdown): every policy's rates under the frozen lease and, beside them,
+    HER / BCov under fallback lease 0, 1 and unlimited (where the audit computed them)."""
+    by_lease = audit.get("by_lease") or {}
+    head = "| policy | HER | BCov | harmful share | HER 95% CI | budget on harmful (device-h) |"
+    head += "".join(f" HER / BCov, lease {label} |" for label in by_lease)
+    lines = [head, "|---" * (6 + len(by_lease)) + "|"]
+    for name, m in audit["policies"].items():
+        ci = "n/a" if m["her_ci"] is None else f"[{100 * m['her_ci'][0]:.1f}, {100 * m['her_ci'][1]:.1f}]"
+        row = f"| {name} | {_pct(m['her'])} | {_pct(m['bcov'])} | {_pct(m['harmful_share'])} | {ci} | {m['budget_spent_harmful']:.2f} |"
+        row += "".join(f" {_pct(v[name]['her'])} / {_pct(v[name]['bcov'])} |" for v in by_lease.values())
+        lines.append(row)
+    if by_lease:
+        lines.append(f"(frozen fallback lease: {audit['fallback_lease']}; the lease columns re-walk every policy with "
+                     "that many Inconclusive trials per episode allowed to go on to Train)")
+    return lines
+
+
 def _markdown(r: dict) -> str:
     lines = [f"# Replay: {r['name']}", ""]
     if "note" in r:
@@ -187,13 +223,8 @@ def _markdown(r: dict) -> str:
         lines += ["## Retrospective-24", f"- target direction: {rt['direction_counts']}",
                   *[f"- {fam}: {v}" for fam, v in rt["by_family"].items()],
                   f"- retention-safe among improving: {rt['retention_safe_among_improving']} of {rt['improving']}", ""]
-    pols = r.get("audit", {}).get("policies") or {}
-    if pols:
-        lines += ["## Audit", "| policy | HER | BCov | harmful share | HER 95% CI | budget on harmful (device-h) |", "|---|---|---|---|---|---|"]
-        for name, m in pols.items():
-            ci = "n/a" if m["her_ci"] is None else f"[{100 * m['her_ci'][0]:.1f}, {100 * m['her_ci'][1]:.1f}]"
-            lines.append(f"| {name} | {_pct(m['her'])} | {_pct(m['bcov'])} | {_pct(m['harmful_share'])} | {ci} | {m['budget_spent_harmful']:.2f} |")
-        lines.append("")
+    if r.get("audit", {}).get("policies"):
+        lines += ["## Audit", *audit_table(r["audit"]), ""]
     if "shortfull" in r:
         sf = r["shortfull"]
         lines += ["## ShortFull", f"- agreement {_pct(sf['agreement'])} ({sf['agreement_count']}/{sf['n']}), 95% CI "

@@ -45,10 +45,30 @@ def test_shortfull(rep):
     assert s["sign_reversals"] == ["S04", "S07", "G04", "G10"]
 
 
+def test_aggregates_under_fallback_lease_0_1_and_unlimited(rep):
+    a = rep["audit"]
+    lease = {k: {p: (m["her"], m["bcov"]) for p, m in v.items()} for k, v in a["by_lease"].items()}
+    assert a["fallback_lease"] == 1 and set(lease) == {"0", "1", "unlimited"}
+    assert lease["1"] == {p: (m["her"], m["bcov"]) for p, m in a["policies"].items()}  # the frozen lease is 1
+    # The published BCIT 25.0 / 90.0 and Flat-Additive 62.5 / 80.0 need exactly one lease:
+    assert (lease["0"]["bcit"], lease["0"]["flat_additive"]) == ((0.25, 0.8), (0.5, 0.8))
+    assert (lease["unlimited"]["bcit"], lease["unlimited"]["flat_additive"]) == ((0.25, 0.9), (0.625, 0.9))
+    assert lease["0"]["reuse_all"] == lease["unlimited"]["reuse_all"] == (0.875, 1.0)  # it never validates
+
+
+def test_cli_prints_the_lease_columns_beside_the_audit_table(capsys):
+    assert main(["replay", "retrospective-24"]) == 0
+    out = capsys.readouterr().out
+    assert "HER / BCov, lease 0 | HER / BCov, lease 1 | HER / BCov, lease unlimited |" in out
+    assert "| bcit | 25.0% | 90.0% | 14.3% | [3.2, 65.1] |" in out and "25.0% / 80.0% | 25.0% / 90.0% | 25.0% / 90.0% |" in out
+
+
 def test_cli_json_and_out(tmp_path, capsys):
     assert main(["replay", "retrospective-24", "--json", "--out", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["audit"]["policies"]["bcit"]["bcov"] == 0.9
+    assert out["audit"]["by_lease"]["0"]["bcit"]["bcov"] == 0.8
+    assert "lease unlimited" in (tmp_path / "report.md").read_text()
     assert "RECONSTRUCTION" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "target_directions.png").stat().st_size > 1000
     assert (tmp_path / "target_vs_ifeval.png").stat().st_size > 1000

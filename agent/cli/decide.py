@@ -191,9 +191,12 @@ def cmd_replay(args) -> int:
 
 
 def _summary(report: dict) -> str:
+    from policies.replay import audit_table
     lines = [f"replay of {report['name']}"]
     if "note" in report:
         lines.append(report["note"])
+    if report.get("audit", {}).get("policies"):
+        lines += ["audit:", *audit_table(report["audit"])]
     for key in ("retrospective", "shortfull"):
         if key in report:
             lines.append(f"{key}: {json.dumps({k: v for k, v in report[key].items() if not isinstance(v, dict)})}")
