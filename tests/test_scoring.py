@@ -87,7 +87,7 @@ def test_captrack_judges():
 def test_gold_answers_score_best_and_empty_scores_zero(task):
     items = T.items(task, "test", 0, n=40)
     gold = score(task, items, [x["reference"]["completion"] for x in items])
-    lower = {"will_format_rate", "will_refusal", "timeout_rate", "refusal_rate"}
+    lower = {"will_format_rate", "will_refusal", "timeout_rate", "refusal_rate", "limit_rate"}
     for name, value in gold.metrics.items():
         assert value == (0.0 if name in lower else 100.0), (name, value)
     assert gold.n_unknown == 0 and gold.n_unparseable == 0

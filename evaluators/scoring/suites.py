@@ -87,7 +87,8 @@ def _aggregate(family: str, results: list[ItemResult]) -> dict[str, float | None
         status = [r.detail.get("status") for r in known]
         return {"exec_acc": _pct([float(r.correct) for r in known]),
                 "timeout_rate": _pct([float(s == "timeout") for s in status]),
-                "refusal_rate": _pct([float(s == "refused") for s in status])}
+                "refusal_rate": _pct([float(s == "refused") for s in status]),
+                "limit_rate": _pct([float(s == "limit") for s in status])}
     if family == "function":
         return {"ast_acc": _pct([float(r.correct) for r in known])}
     if family == "ifeval":
