@@ -169,3 +169,12 @@ def test_forked_child_gets_its_own_worker(db):
     rows, child_worker = json.loads(os.read(read, 4096))
     assert status == 0 and rows == [[40]] and child_worker != pid
     assert sandbox.run(db, "SELECT COUNT(*) FROM products").rows == [(40,)] and sandbox._WORKER.proc.pid == pid
+
+
+def test_worker_runs_under_its_rlimits(db):
+    sandbox.run(db, "SELECT 1", deadline_s=1.0)
+    text = Path(f"/proc/{sandbox._WORKER.proc.pid}/limits").read_text()
+    soft = {line[:26].strip(): line[26:47].strip() for line in text.splitlines()[1:]}
+    assert soft["Max address space"] == str(sql_worker.MEMORY_BYTES) and soft["Max file size"] == "0"
+    # re-armed per query: the CPU used so far (well under a second here) + the deadline + the grace
+    assert 1 + sql_worker.CPU_GRACE_S <= int(soft["Max cpu time"]) <= 2 + sql_worker.CPU_GRACE_S

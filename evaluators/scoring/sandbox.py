@@ -65,13 +65,11 @@ class _Worker:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.owner = 0
         self.counts = {"queries": 0, "kills": 0, "deaths": 0, "starts": 0, "peak_rss_kb": 0}
 
     def _start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-I", sql_worker.__file__], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd="/", start_new_session=True)
-        self.owner = os.getpid()
         self.counts["starts"] += 1
         if _read_line(self.proc.stdout.fileno(), START_TIMEOUT_S) != b'{"ready": true}\n':
             self._reap(kill=True)
@@ -107,7 +105,7 @@ class _Worker:
 
     def ask(self, request: dict, wait_s: float) -> dict:
         """The worker's reply, or a timeout / limit reply when it was killed or died."""
-        if self.proc is None or self.owner != os.getpid():  # a forked child must not share our pipes
+        if self.proc is None:
             self._start()
         self.counts["queries"] += 1
         self._send(json.dumps(request).encode() + b"\n")
@@ -126,9 +124,16 @@ class _Worker:
         return reply
 
     def close(self) -> None:
-        if self.proc is not None and self.owner == os.getpid():
+        if self.proc is not None:
             self.proc.stdin.close()  # the worker exits at end of input
             self._reap(kill=False)
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's worker (its pipes closed here, the process left alone)."""
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.stdout.close()
+            self.proc = None
 
 
 def _read_line(fd: int, timeout_s: float) -> bytes | None:
@@ -148,6 +153,17 @@ def _read_line(fd: int, timeout_s: float) -> bytes | None:
 _WORKER = _Worker()
 _LOCK = threading.Lock()
 atexit.register(_WORKER.close)
+
+
+def _after_fork_in_child() -> None:
+    # a forked child (a data loader, a trainer helper) must not talk over its parent's pipes, nor
+    # wait on a lock that a parent thread held at the fork
+    global _LOCK
+    _LOCK = threading.Lock()
+    _WORKER.forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def run(path: str | Path, sql: str, deadline_s: float = 2.0, max_rows: int = 10_000) -> Outcome:
