@@ -168,11 +168,12 @@ class WorldPorts:
         return OpenAIProposer(self.cfg.base_url, self.cfg.model, self.allow, self.to_proposal,
                               limit=self.cfg.max_proposals, timeout_s=self.cfg.proposer_timeout_s)(library)
 
-    def to_proposal(self, card: CandidateCard) -> Proposal:
+    def to_proposal(self, card: CandidateCard, needs) -> Proposal:
+        """A proposal whose B_i is built from the needs it declares (BadInput where they contradict the card)."""
         from agent.world.catalogue import applicability
 
         data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
-        return Proposal(card=card, applicability=applicability(card, self.world), provenance=Provenance(
+        return Proposal(card=card, applicability=applicability(card, self.world, needs), provenance=Provenance(
             model_sha256=self.world.model.sha256, data_sha256=data, config_sha256=card.content_hash(),
             eval_sha256=content_hash(self.world.eval_protocol), produced_by=f"proposer openai {self.cfg.model}"))
 

@@ -1,11 +1,14 @@
 """Candidate proposals: the catalogue (the bank's library) plus, optionally, an LLM.
 
 The LLM proposer asks an OpenAI-compatible endpoint (the real `openai` client) for at most q
-new candidate cards as JSON. Every card is untrusted input: it is parsed strictly against
-`CandidateCard` (unknown keys, coercion, NaN, duplicate keys all refused) and then checked
-against an allow-list of datasets (id and hash), methods and hyper-parameter ranges. A card
-that fails is recorded in `runs/ID/proposals.json` as rejected with its reason; nothing is
-ever repaired. The file is written once, so a re-run of the propose node after a crash
+new candidate cards as JSON, each with the needs it declares (`Needs`: datasets, runtime,
+output protocol, stage limit, chat template, named hard conflicts), from which its B_i is
+built. Every reply is untrusted input: the HTTP body is parsed strictly here (UTF-8, bounded
+JSON, a strict reply model), each item strictly against `ProposedCard` (unknown keys,
+coercion, NaN, duplicate keys all refused), then checked against an allow-list of datasets
+(id and hash), methods and hyper-parameter ranges, and its needs against the card. Whatever
+fails, a whole reply or one item, is recorded in `runs/ID/proposals.json` as rejected with
+its reason, and the episode goes on with the catalogue; nothing is ever repaired. The file is written once, so a re-run of the propose node after a crash
 reads the same proposals back instead of asking the LLM again.
 
 Out of scope: ranking proposals, multi-turn refinement, tool calls.
@@ -19,11 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.state import Entry
+from agent.world.catalogue import Needs
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash, loads_strict
 from experience_bank.records import CandidateCard, Proposal, parse_model, parse_record
-from agent.state import Entry
 
 MAX_RAW = 2000
 """Characters of a rejected item's raw text kept in proposals.json."""
@@ -81,8 +87,21 @@ def check_card(card: CandidateCard, allow: Allowlist) -> None:
     _within("budget.device_hours", card.budget.device_hours, allow.device_hours)
 
 
+class ProposedCard(BaseModel):
+    """One item of an LLM reply: the card and the needs it declares (the proposal's B_i comes
+    from these, never from the catalogue)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    card: CandidateCard
+    """The atomic update."""
+    needs: Needs
+    """What it needs of the context: datasets, runtime, output protocol, stage limit, chat
+    template, named hard conflicts."""
+
+
 def parse_cards(text: str) -> list[Any]:
-    """The list of card objects in an LLM reply: a JSON list, or {"cards": [...]}."""
+    """The list of items in an LLM reply: a JSON list, or {"cards": [...]}."""
     body = text.strip()
     if body.startswith("```"):
         body = body.strip("`").removeprefix("json").strip()
@@ -95,7 +114,7 @@ def parse_cards(text: str) -> list[Any]:
 
 
 def judge(items: list[Any], allow: Allowlist, limit: int,
-          to_proposal: Callable[[CandidateCard], Proposal]) -> list[dict[str, Any]]:
+          to_proposal: Callable[[CandidateCard, Needs], Proposal]) -> list[dict[str, Any]]:
     """Accept or reject every proposed item, in order, each with its reason."""
     out, accepted, ids = [], 0, set()
     for i, item in enumerate(items):
@@ -104,14 +123,14 @@ def judge(items: list[Any], allow: Allowlist, limit: int,
         try:
             if accepted >= limit:
                 raise BadInput(f"over the quota of {limit} proposals per episode")
-            card = parse_model(CandidateCard, json.dumps(item), "candidate card")
-            check_card(card, allow)
-            if card.id in ids:
-                raise BadInput(f"card id {card.id} proposed twice")
-            proposal = to_proposal(card)
+            proposed = parse_model(ProposedCard, json.dumps(item), "proposed card")
+            check_card(proposed.card, allow)
+            if proposed.card.id in ids:
+                raise BadInput(f"card id {proposed.card.id} proposed twice")
+            proposal = to_proposal(proposed.card, proposed.needs)
             row |= {"status": "accepted", "reason": "valid", "record": canonical_json(proposal),
                     "hash": content_hash(proposal)}
-            accepted, ids = accepted + 1, ids | {card.id}
+            accepted, ids = accepted + 1, ids | {proposed.card.id}
         except BadInput as exc:
             row["reason"] = str(exc)[:500]
         out.append(row)
@@ -119,14 +138,52 @@ def judge(items: list[Any], allow: Allowlist, limit: int,
 
 
 def _prompt(library: list[Entry], allow: Allowlist, limit: int) -> list[dict[str, str]]:
-    schema = json.dumps(CandidateCard.model_json_schema())
+    schema = json.dumps(ProposedCard.model_json_schema())
     known = ", ".join(sorted(e.record.card.id for e in library))
     return [{"role": "system", "content": (
-        "You propose post-training updates as JSON candidate cards. Reply with only a JSON object "
-        f'{{"cards": [...]}} holding at most {limit} cards that follow this JSON schema exactly: {schema}')},
+        "You propose post-training updates as JSON candidate cards, each with the needs it has of the "
+        f'training context. Reply with only a JSON object {{"cards": [...]}} holding at most {limit} items '
+        f"that follow this JSON schema exactly: {schema}")},
         {"role": "user", "content": (
             f"Datasets available (id -> sha256): {json.dumps(allow.datasets)}. Allowed ranges: "
             f"{json.dumps(allow.manifest())}. Cards already known: {known}. Propose new ids.")}]
+
+
+MAX_REPLY_BYTES = 1 << 20
+"""Largest reply body read (1 MiB; at most three cards are asked for)."""
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+    content: str
+
+
+class _Choice(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+    message: _Message
+
+
+class ChatReply(BaseModel):
+    """The part of an OpenAI chat-completion body the proposer reads (other fields ignored)."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+    choices: tuple[_Choice, ...] = Field(min_length=1)
+    """At least one choice; the first one's message content is the reply text."""
+
+
+def reply_text(body: bytes) -> str:
+    """The first choice's content from a raw response body; BadInput on any malformation.
+
+    The body is parsed here (strict UTF-8, `loads_strict`, a strict model), not by the client,
+    because the client's own parser raises outside its error types on hostile bodies (a
+    5,000-digit integer, 100,000 levels of nesting, HTML with status 200)."""
+    if len(body) > MAX_REPLY_BYTES:
+        raise BadInput(f"reply body of {len(body)} bytes is over {MAX_REPLY_BYTES}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"reply body is not UTF-8 (byte {exc.start})") from None
+    return parse_model(ChatReply, text, "chat completion").choices[0].message.content
 
 
 @dataclass(frozen=True)
@@ -134,25 +191,32 @@ class OpenAIProposer:
     base_url: str
     model: str
     allow: Allowlist
-    to_proposal: Callable[[CandidateCard], Proposal]
+    to_proposal: Callable[[CandidateCard, Needs], Proposal]
     limit: int = 3
     timeout_s: float = 60.0
 
-    def __call__(self, library: list[Entry]) -> list[dict[str, Any]]:
+    def _ask(self, library: list[Entry]) -> bytes:
         import openai  # noqa: PLC0415
 
         client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY", "unused"),
                                timeout=self.timeout_s, max_retries=0)
         try:
-            reply = client.chat.completions.create(model=self.model, temperature=0.0,
-                                                   messages=_prompt(library, self.allow, self.limit))
-            text = reply.choices[0].message.content or ""
+            raw = client.chat.completions.with_raw_response.create(
+                model=self.model, temperature=0.0, messages=_prompt(library, self.allow, self.limit))
+            return raw.content
         except openai.OpenAIError as exc:
-            return [_whole_reply_rejected(f"proposer request failed: {type(exc).__name__}: {exc}", "")]
+            raise BadInput(f"proposer request failed: {type(exc).__name__}: {exc}") from None
+
+    def __call__(self, library: list[Entry]) -> list[dict[str, Any]]:
+        """Every reply, however broken, becomes rows: accepted proposals or rejections with reasons."""
         try:
-            items = parse_cards(text)
+            body = self._ask(library)
         except BadInput as exc:
-            return [_whole_reply_rejected(f"unparseable reply: {exc}", text)]
+            return [_whole_reply_rejected(str(exc), "")]
+        try:
+            items = parse_cards(reply_text(body))
+        except BadInput as exc:
+            return [_whole_reply_rejected(f"unparseable reply: {exc}", body.decode("utf-8", "replace"))]
         return judge(items, self.allow, self.limit, self.to_proposal)
 
 

@@ -13,16 +13,22 @@ run; `restart` when the trial is an independent short run (LoRA adapters, replay
 regenerated per run); `none` when a 20% prefix is all warm-up and shows nothing faithful.
 
 Applicability conditions are data (BCIT.md §2): the five required values plus named hard
-conflicts over the current context (`Conflict(field, op, value)`).
+conflicts over the current context (`Conflict(field, op, value)`). They are built from a
+card's declared `Needs` by one function, `applicability`, for the catalogue's cards (needs
+from the table) and for LLM proposals (needs declared in the proposal) alike.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from experience_bank.records import (
-    Adapter, Applicability, CandidateCard, Conflict, DataMix, DataRecipe, DatasetRef, HyperParams, NominalBudget,
+    Adapter, Applicability, CandidateCard, Conflict, DataMix, DataRecipe, DatasetRef, HyperParams, Ident,
+    NominalBudget, Sha256,
 )
 
 if TYPE_CHECKING:
@@ -160,29 +166,77 @@ def runtime_of(card: CandidateCard) -> str:
     return "trl-grpo" if card.method == "grpo" else "trl-sft"
 
 
-def applicability(card: CandidateCard, world: "World") -> Applicability:
-    """B_i: the five required values and the named hard conflicts, as data."""
-    k = {row[0]: row[5] for row in _SPEC}[card.id]
-    protocol = OUTPUT_PROTOCOL[card.family]
-    conflicts = [Conflict(name=f"requires output protocol {protocol}", field="output_protocol", op="ne",
-                          value=protocol)]
+class Needs(BaseModel):
+    """What a card declares it needs of the context: the parts of B_i the card itself does not fix.
+
+    The catalogue's needs come from its frozen table (`catalogue_needs`); an LLM proposal
+    declares its own, validated strictly, and `check_needs` refuses a declaration that
+    contradicts the card. Whether the current context meets them is the authorizer's question
+    (each need becomes a field score or a named hard conflict in B_i), not this module's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    datasets: tuple[Ident, ...] = Field(min_length=1, max_length=8)
+    """Ids of the training datasets, exactly the card's data mix."""
+    runtime: Ident
+    """Trainer runtime, exactly the one the card's method and adapter need (`runtime_of`)."""
+    output_protocol: Ident
+    """Output protocol the update trains for, e.g. `json-call`."""
+    max_stage: Annotated[int, Field(ge=0, le=1000)] | None = None
+    """Latest parent stage (number of promotions) the update is meant for; None: any."""
+    chat_template_sha256: Sha256 | None = None
+    """Chat template the update assumes; None: any."""
+    conflicts: tuple[Conflict, ...] = Field(default=(), max_length=8)
+    """Further named hard conflicts, beyond those the needs above imply."""
+
+
+def catalogue_needs(card: CandidateCard, world: "World") -> Needs:
+    """The needs the frozen table records for one of its cards."""
+    knobs = {row[0]: row[5] for row in _SPEC}.get(card.id)
+    if knobs is None:
+        raise BadInput(f"card {card.id} is not in the catalogue: a proposal must declare its own needs")
+    return Needs(datasets=tuple(m.dataset.id for m in card.data.mix), runtime=runtime_of(card),
+                 output_protocol=OUTPUT_PROTOCOL[card.family], max_stage=knobs.get("stage_max"),
+                 chat_template_sha256=world.chat_template_sha256 if knobs.get("template") else None)
+
+
+def check_needs(card: CandidateCard, needs: Needs) -> None:
+    """BadInput where declared needs contradict the card they are declared for."""
+    mix = sorted(m.dataset.id for m in card.data.mix)
+    if sorted(needs.datasets) != mix:
+        raise BadInput(f"card {card.id} declares datasets {sorted(needs.datasets)} but trains on {mix}")
+    if needs.runtime != runtime_of(card):
+        raise BadInput(f"card {card.id} declares runtime {needs.runtime} but its method and adapter need "
+                       f"{runtime_of(card)}")
+
+
+def applicability(card: CandidateCard, world: "World", needs: Needs | None = None) -> Applicability:
+    """B_i: the five required values and the named hard conflicts, as data, from the card's needs
+    (the catalogue's own when none are given)."""
+    if needs is None:
+        needs = catalogue_needs(card, world)
+    check_needs(card, needs)
+    return Applicability(
+        family=card.family, datasets=tuple(m.dataset for m in card.data.mix), runtime=needs.runtime,
+        parent_arch=world.model.arch, chat_template_sha256=needs.chat_template_sha256, max_stage=needs.max_stage,
+        output_protocol=needs.output_protocol, conflicts=_conflicts(card, needs))
+
+
+def _conflicts(card: CandidateCard, needs: Needs) -> tuple[Conflict, ...]:
+    """The hard conflicts each need implies, then the declared ones."""
+    protocol = needs.output_protocol
+    out = [Conflict(name=f"requires output protocol {protocol}", field="output_protocol", op="ne", value=protocol)]
     for ref in card.data.mix:
         if not ref.dataset.id.endswith("/target/train"):  # a non-standard pool the context may lack
-            conflicts.append(Conflict(name=f"needs dataset {ref.dataset.id}", field="datasets",
-                                      op="not_contains", value=ref.dataset.id))
-    runtime = runtime_of(card)
-    if runtime == "peft-lora":
-        conflicts.append(Conflict(name="requires runtime peft-lora", field="runtimes", op="not_contains",
-                                  value="peft-lora"))
-    if "stage_max" in k:
-        conflicts.append(Conflict(name=f"conflicts with a later-stage parent (stage > {k['stage_max']})",
-                                  field="stage", op="gt", value=k["stage_max"]))
-    template = world.chat_template_sha256 if k.get("template") else None
+            out.append(Conflict(name=f"needs dataset {ref.dataset.id}", field="datasets", op="not_contains",
+                                value=ref.dataset.id))
+    if needs.runtime == "peft-lora":
+        out.append(Conflict(name="requires runtime peft-lora", field="runtimes", op="not_contains", value="peft-lora"))
+    if needs.max_stage is not None:
+        out.append(Conflict(name=f"conflicts with a later-stage parent (stage > {needs.max_stage})", field="stage",
+                            op="gt", value=needs.max_stage))
+    template = needs.chat_template_sha256
     if template:
-        conflicts.append(Conflict(name=f"conflicts: parent chat template != {template[:12]}",
-                                  field="parent.chat_template_sha256", op="ne", value=template))
-    return Applicability(
-        family=card.family, datasets=tuple(m.dataset for m in card.data.mix), runtime=runtime,
-        parent_arch=world.model.arch, chat_template_sha256=template, max_stage=k.get("stage_max"),
-        output_protocol=protocol, conflicts=tuple(conflicts),
-    )
+        out.append(Conflict(name=f"conflicts: parent chat template != {template[:12]}",
+                            field="parent.chat_template_sha256", op="ne", value=template))
+    return tuple(out) + needs.conflicts
