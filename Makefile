@@ -22,5 +22,12 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest
 
-test-slow: $(STAMP)
+# The report's browser test (tests/test_report_browser.py) opens report.html in headless
+# Chromium: Debian's package, installed once when missing (CI runs as root on Debian).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test-slow: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/pytest -m slow

@@ -3,19 +3,44 @@
 Pure over what the run stored (bank events, ledger, evaluation results, gate verdicts): a
 report can be rewritten at any time without running a model. Sections: decision table
 (features, action, rule), ledger and budget burn-down, trial fidelity, trajectory of every
-suite across promotions, the CapTrack heat map (evaluators/heatmap.py, when present), and
-the IFEval guard over time.
+suite across promotions, the CapTrack heat map (evaluators/heatmap.py) and the IFEval guard
+over time. Both files render the same sections: report.md links the figures as PNG files
+beside it, report.html embeds them (base64), so the HTML is one self-contained file that
+reads at a laptop width (tables scroll sideways inside their own box, figures shrink).
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from experience_bank.records import Event
 from experience_bank.results import SuiteResult
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list[str]
+    rows: list[list[Any]]
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class Figure:
+    id: str
+    """Element id in report.html, file stem beside report.md."""
+    png: bytes
+    caption: str
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    blocks: list[Table | Figure | str]
 
 
 def _fmt(v: Any) -> str:
@@ -26,17 +51,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(_fmt(c).replace("|", "/") for c in r) + " |" for r in rows]
-    return out
-
-
 def _results(run_dir: Path, sha: str, split: str) -> dict[str, SuiteResult] | None:
     path = run_dir / "evals" / f"{sha[:16]}-{split}" / "results.json"
     if not path.exists():
         return None
     return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(path.read_text()).items()}
+
+
+def _verdict(run_dir: Path, e: Event) -> dict | None:
+    path = run_dir / "steps" / e.decision.decision_hash[:16] / "verdict.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def decision_rows(events: list[Event]) -> list[list[Any]]:
@@ -60,10 +84,7 @@ def burn_down(events: list[Event], budget_h: float, spent_h: float) -> list[list
 def trajectory(run_dir: Path, manifest: dict, events: list[Event]) -> tuple[list[str], list[list[Any]]]:
     """Adoption metrics of the initial parent and of every promoted child, in order."""
     shas = [("initial", manifest["initial"]["sha256"])]
-    for e in events:
-        if e.outcome == "promoted":
-            step = run_dir / "steps" / e.decision.decision_hash[:16] / "verdict.json"
-            shas.append((e.candidate_id, json.loads(step.read_text())["child_sha256"]))
+    shas += [(e.candidate_id, _verdict(run_dir, e)["child_sha256"]) for e in events if e.outcome == "promoted"]
     cols: list[str] = []
     rows = []
     for label, sha in shas:
@@ -74,91 +95,156 @@ def trajectory(run_dir: Path, manifest: dict, events: list[Event]) -> tuple[list
     return ["model"] + cols, [[label] + [flat.get(c) for c in cols] for label, flat in rows]
 
 
-def ifeval_guard(events: list[Event], manifest: dict) -> list[list[Any]]:
-    drop = manifest.get("gate", {}).get("ifeval_max_drop_pp", 2.0)
-    rows = []
+def ifeval_points(events: list[Event]) -> list[dict[str, Any]]:
+    """Each child the gate judged: its IFEval strict accuracies and its outcome."""
+    points = []
     for e in events:
-        vals = {k: v for k, v in e.metrics.items() if k.startswith("ifeval.")}
+        vals = {k.split(".", 1)[1]: v for k, v in e.metrics.items() if k.startswith("ifeval.")}
         if vals:
-            rows.append([e.seq, e.candidate_id, ", ".join(f"{k}={v:.1f}" for k, v in sorted(vals.items())), e.outcome])
-    return rows or [["–", "no child was evaluated", f"guard: at most {drop} pp below the initial parent", ""]]
+            points.append({"seq": e.seq, "candidate": e.candidate_id, "outcome": e.outcome} | vals)
+    return points
 
 
-def _heatmap(ctx: Any, events: list[Event]) -> list[str]:
+def _drop_pp(manifest: dict) -> float:
+    return manifest.get("gate", {}).get("ifeval_max_drop_pp", manifest.get("config", {}).get("gate_ifeval_drop_pp", 2.0))
+
+
+def _heatmap(ctx: Any, manifest: dict, events: list[Event]) -> list[Table | Figure | str]:
     """Groups and sub-capabilities x every child that reached the gate (drift % vs the initial parent)."""
-    from evaluators.heatmap import write_heatmap  # noqa: PLC0415 (matplotlib)
+    from evaluators.heatmap import legend, write_heatmap  # noqa: PLC0415 (matplotlib)
 
     run_dir = ctx.run_dir
-    initial = _results(run_dir, ctx.manifest["initial"]["sha256"], "adoption")
+    initial = _results(run_dir, manifest["initial"]["sha256"], "adoption")
     table = {}
     for e in events:
-        v = run_dir / "steps" / e.decision.decision_hash[:16] / "verdict.json"
-        if initial is not None and v.exists():
-            child = _results(run_dir, json.loads(v.read_text())["child_sha256"], "adoption")
-            table[f"{e.seq}:{e.candidate_id}"] = ctx.ports.captrack(initial, child)
+        v = _verdict(run_dir, e)
+        if initial is not None and v is not None:
+            table[f"{e.seq}:{e.candidate_id}"] = ctx.ports.captrack(initial, _results(run_dir, v["child_sha256"], "adoption"))
     if not table:
         return ["(no child reached the gate: no heat map)"]
-    write_heatmap(table, run_dir / "captrack_heatmap.png", run_dir / "captrack_heatmap.json",
-                  title=f"CapTrack drift vs the initial parent, episode {ctx.episode_id}")
-    return ["![CapTrack heat map](captrack_heatmap.png)", "", "Matrix: `captrack_heatmap.json`."]
+    data = write_heatmap(table, run_dir / "captrack_heatmap.png", run_dir / "captrack_heatmap.json",
+                         title=f"CapTrack drift vs the initial parent, episode {ctx.episode_id}")
+    caption = ("Relative drift (%) of each CapTrack group and sub-capability of a child against the initial "
+               "parent (blue better, red worse; grey n/a: unknown, or a base below the floor). Matrix: "
+               "captrack_heatmap.json.")
+    rows = [[row, meaning, ", ".join(metrics) or "–"] for row, meaning, metrics in legend(data["rows"])]
+    return [Figure("heatmap", (run_dir / "captrack_heatmap.png").read_bytes(), caption),
+            Table(["row", "what it measures", "metrics behind it"], rows, id="heatmap-legend")]
+
+
+def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
+    """Every section of the report, computed once for both renderings."""
+    from agent.report_charts import burn_down_chart, ifeval_chart, trajectory_chart  # noqa: PLC0415
+
+    from agent.tracking import plain  # noqa: PLC0415
+
+    run_dir, manifest = ctx.run_dir, plain(ctx.manifest)
+    events = ctx.bank.events(ctx.episode_id)
+    spent, budget = ctx.ledger.spent(ctx.episode_id), manifest["budget_device_hours"]
+    summary = (f"Manifest {state.get('manifest_hash', '')[:16]}; stopped: {state.get('stop_reason', '')}; "
+               f"promotions: {state.get('stage', 0)}; new library version: {state.get('library_version', '–')}; "
+               f"spent {spent:.3f} of {budget:.3f} device-hours.")
+    out = [Section("Summary", [summary]),
+           Section("Decisions (features, action, rule)", [Table(
+               ["seq", "candidate", "grade", "S", "A", "H", "Q", "nu", "chi", "action", "rule", "outcome", "cost h",
+                "reason"], decision_rows(events), id="decisions")])]
+    proposals = run_dir / "proposals.json"
+    answered = json.loads(proposals.read_text()) if proposals.exists() else []
+    if answered:
+        out.append(Section("LLM proposals", [Table(["#", "status", "reason"], [
+            [p["index"], p["status"], p["reason"]] for p in answered])]))
+    out.append(Section("Ledger and budget burn-down", [
+        Figure("burn-down", burn_down_chart(events, budget, spent), "Device-hours left after each decision; the red "
+               "dot is the ledger's total, which also counts evaluations shared between decisions."),
+        Table(["seq", "candidate", "charged h", "left h"], burn_down(events, budget, spent))]))
+    fid = [[e.candidate_id, e.fidelity["trial_delta_val"], e.fidelity["full_delta_adoption"]] for e in events if e.fidelity]
+    out.append(Section("Trial fidelity (trial vs full run, where both ran)", [
+        Table(["candidate", "trial Δval pp", "full Δadoption pp"], fid) if fid else "(no candidate ran both)"]))
+    header, rows = trajectory(run_dir, manifest, events)
+    out.append(Section("Trajectory of every suite across promotions (adoption split)", [
+        Figure("trajectories", trajectory_chart(header, rows), "Primary metric of each suite (and IFEval prompt "
+               "strict) for the initial parent and every promoted child; the table lists every metric."),
+        Table(header, rows)]))
+    out.append(Section("CapTrack heat map", _heatmap(ctx, manifest, events)))
+    initial = _results(run_dir, manifest["initial"]["sha256"], "adoption") or {}
+    base = dict(initial["ifeval"].metrics) if "ifeval" in initial else {}
+    points, drop = ifeval_points(events), _drop_pp(manifest)
+    guard_rows = [[p["seq"], p["candidate"], ", ".join(f"{k}={v:.1f}" for k, v in sorted(p.items())
+                                                         if isinstance(v, float)), p["outcome"]] for p in points]
+    out.append(Section("IFEval guard over time", [
+        Figure("ifeval-guard", ifeval_chart(points, base, drop), f"IFEval strict accuracies of each child the gate "
+               f"judged; a child more than {drop:g} pp below the initial parent fails the non-compensable guard."),
+        Table(["seq", "candidate", "values", "outcome"], guard_rows or [["–", "no child was evaluated", "", ""]])]))
+    return out
 
 
 def write_report(ctx: Any, state: dict[str, Any]) -> Path:
-    """Write report.md and report.html into the run directory; return the .md path."""
-    run_dir, manifest = ctx.run_dir, ctx.manifest
-    events = ctx.bank.events(ctx.episode_id)
-    spent = ctx.ledger.spent(ctx.episode_id)
-    proposals = run_dir / "proposals.json"
-    lines = [f"# Episode {ctx.episode_id}", "",
-             f"Manifest `{state.get('manifest_hash', '')[:16]}`; stopped: **{state.get('stop_reason', '')}**; "
-             f"promotions: {state.get('stage', 0)}; new library version: {state.get('library_version', '–')}; "
-             f"spent {spent:.3f} of {manifest['budget_device_hours']:.3f} device-hours.", "",
-             "## Decisions (features, action, rule)", ""]
-    lines += _table(["seq", "candidate", "grade", "S", "A", "H", "Q", "nu", "chi", "action", "rule", "outcome",
-                     "cost h", "reason"], decision_rows(events))
-    if proposals.exists():
-        lines += ["", "## LLM proposals", ""]
-        lines += _table(["#", "status", "reason"], [[p["index"], p["status"], p["reason"]]
-                                                   for p in json.loads(proposals.read_text())])
-    lines += ["", "## Ledger and budget burn-down", ""]
-    lines += _table(["seq", "candidate", "charged h", "left h"], burn_down(events, manifest["budget_device_hours"], spent))
-    lines += ["", "## Trial fidelity (trial vs full run, where both ran)", ""]
-    fid = [[e.candidate_id, e.fidelity["trial_delta_val"], e.fidelity["full_delta_adoption"]] for e in events if e.fidelity]
-    lines += _table(["candidate", "trial Δval pp", "full Δadoption pp"], fid) if fid else ["(no candidate ran both)"]
-    lines += ["", "## Trajectory of every suite across promotions (adoption split)", ""]
-    lines += _table(*trajectory(run_dir, manifest, events))
-    lines += ["", "## CapTrack heat map", ""] + _heatmap(ctx, events)
-    lines += ["", "## IFEval guard over time", ""]
-    lines += _table(["seq", "candidate", "values", "outcome"], ifeval_guard(events, manifest))
-    md = "\n".join(lines) + "\n"
-    (run_dir / "report.md").write_text(md, encoding="utf-8")
-    (run_dir / "report.html").write_text(_html(md, ctx.episode_id), encoding="utf-8")
+    """Write report.md (with its PNGs) and the self-contained report.html; return the .md path."""
+    run_dir = ctx.run_dir
+    parts = sections(ctx, state)
+    for s in parts:
+        for b in s.blocks:
+            if isinstance(b, Figure) and b.id != "heatmap":  # the heat map wrote its own file
+                (run_dir / f"{b.id}.png").write_bytes(b.png)
+    (run_dir / "report.md").write_text(markdown(parts, ctx.episode_id), encoding="utf-8")
+    (run_dir / "report.html").write_text(page(parts, ctx.episode_id), encoding="utf-8")
     return run_dir / "report.md"
 
 
-def _html(md: str, title: str) -> str:
-    """A plain HTML rendering of the markdown (tables, headings, images)."""
-    body, in_table = [], False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            if line.startswith("|---"):
-                continue
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            body.append(("<table>" if not in_table else "") + "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-            in_table = True
-            continue
-        if in_table:
-            body.append("</table>")
-            in_table = False
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
-        elif line.startswith("![") and "](" in line:
-            body.append(f'<img src="{html.escape(line.split("](")[1].rstrip(")"))}">')
-        elif line:
-            body.append(f"<p>{html.escape(line)}</p>")
-    if in_table:
-        body.append("</table>")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>td{border:1px solid #ccc;padding:2px 6px;font:12px monospace}table{border-collapse:collapse}"
-            "</style></head><body>" + "\n".join(body) + "</body></html>\n")
+def _md_file(fig: Figure) -> str:
+    return "captrack_heatmap.png" if fig.id == "heatmap" else f"{fig.id}.png"
+
+
+def markdown(parts: list[Section], episode_id: str) -> str:
+    lines = [f"# Episode {episode_id}"]
+    for s in parts:
+        lines += ["", f"## {s.title}", ""]
+        for b in s.blocks:
+            if isinstance(b, Table):
+                lines += ["| " + " | ".join(b.header) + " |", "|" + "---|" * len(b.header)]
+                lines += ["| " + " | ".join(_fmt(c).replace("|", "/") for c in r) + " |" for r in b.rows]
+            elif isinstance(b, Figure):
+                lines += [f"![{b.caption}]({_md_file(b)})"]
+            else:
+                lines.append(b)
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+CSS = """body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;padding:16px 24px;
+max-width:1280px;color:#1f2328}h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #d0d7de}
+.scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;font:12px ui-monospace,monospace}
+td,th{border:1px solid #d0d7de;padding:2px 6px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+figure{margin:8px 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:12px;color:#57606a}"""
+
+# Marks each figure once its image decoded (data-ok, natural size): a headless browser's DOM
+# dump then shows which figures rendered (tests/test_report_browser.py reads it).
+SCRIPT = """window.addEventListener('load',function(){document.querySelectorAll('figure img').forEach(function(i){
+i.dataset.naturalWidth=i.naturalWidth;i.dataset.naturalHeight=i.naturalHeight;
+i.dataset.ok=String(i.complete&&i.naturalWidth>0);});document.body.dataset.loaded='1';});"""
+
+
+def _html_block(b: Table | Figure | str) -> str:
+    if isinstance(b, Table):
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in b.header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in r) + "</tr>" for r in b.rows)
+        ident = f' id="{b.id}"' if b.id else ""
+        return f'<div class="scroll"><table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    if isinstance(b, Figure):
+        data = base64.b64encode(b.png).decode("ascii")
+        return (f'<figure id="{b.id}"><img alt="{html.escape(b.caption)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
+    return f"<p>{html.escape(b)}</p>"
+
+
+def page(parts: list[Section], episode_id: str) -> str:
+    """One self-contained HTML file: styles, script and figures inline, nothing fetched."""
+    body = [f"<h1>Episode {html.escape(episode_id)}</h1>"]
+    for s in parts:
+        body.append(f"<h2>{html.escape(s.title)}</h2>")
+        body += [_html_block(b) for b in s.blocks]
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width,initial-scale=1'><title>Episode "
+            f"{html.escape(episode_id)}</title><style>{CSS}</style><script>{SCRIPT}</script></head><body>"
+            + "\n".join(body) + "</body></html>\n")

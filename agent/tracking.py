@@ -69,6 +69,11 @@ def _numbers(prefix: str, values: Mapping[str, Any]) -> dict[str, float]:
     return {_key(f"{prefix}{k}"): float(v) for k, v in values.items() if isinstance(v, (int, float))}
 
 
+def plain(manifest: Any) -> dict[str, Any]:
+    """The manifest as JSON values: the loop's typed Manifest record, or its JSON already."""
+    return dict(manifest) if isinstance(manifest, Mapping) else manifest.model_dump(mode="json")
+
+
 def _read(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
@@ -111,7 +116,7 @@ class Tracker:
 
     def start(self, manifest: dict[str, Any]) -> None:
         """Find or create the episode's run; log the manifest (identical values re-log as no-ops)."""
-        self._guarded("starting the episode run", lambda: self._start(manifest))
+        self._guarded("starting the episode run", lambda: self._start(plain(manifest)))
 
     def _experiment(self, client) -> str:
         found = client.get_experiment_by_name(EXPERIMENT)
@@ -192,7 +197,11 @@ class Tracker:
                       "method", "family", "title", "nu")}
         values = {"S": f.S, "A": f.A, "H": f.H, "Q": f.Q, "cost_device_hours": event.cost_device_hours,
                   "wall_seconds": event.wall_seconds}
+        extra = event.model_dump(mode="json")  # the typed effects (target gain, trial delta, IFEval), where recorded
         metrics = _numbers("", values) | _numbers("", event.metrics) | _numbers("decision.", d.numbers)
+        metrics |= _numbers("", {k: extra.get(k) for k in ("target_gain", "trial_delta")})
+        metrics |= _numbers("retention.", extra.get("retention") or {})
+        metrics |= _numbers("trial.retention.", extra.get("trial_retention") or {})
         metrics |= _numbers("trial.train.", (trial or {}).get("train", {}).get("log", {}))
         metrics |= _numbers("train.", (train or {}).get("log", {}))
         for check in (verdict or {}).get("checks", []):
@@ -295,9 +304,10 @@ def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] =
         yield None
         return
     tracker = Tracker(tracking_uri(uri, ctx.run_dir.parent), ctx.run_dir, say)
-    tracker.start(ctx.manifest)
+    manifest = plain(ctx.manifest)
+    tracker.start(manifest)
     inner = ctx.progress
-    lineage = lineage_name(ctx.manifest["config"]["world"], ctx.manifest["initial"]["sha256"])
+    lineage = lineage_name(manifest["config"]["world"], manifest["initial"]["sha256"])
 
     def sync() -> None:
         cards = {h: e.record.card.model_dump(mode="json") for h, e in ctx.entries.items()}

@@ -32,7 +32,42 @@ def heatmap_data(table: Table, rows: Sequence[str] | None = None) -> dict:
     return {"rows": order, "columns": columns, "drift_pct": matrix}
 
 
-def _draw(data: dict, png: Path, title: str) -> None:
+# What each row means (CAPTRACK.md section 1's taxonomy); which metrics feed a row is
+# evaluators.scoring.suites.metric_specs() (the one owner of that mapping), read by `legend`.
+CAPABILITIES = {
+    "CAN": "latent competence", "CAN/C1": "knowledge and skills", "CAN/C2": "multi-step reasoning",
+    "CAN/C3": "in-context understanding", "CAN/C4": "truthfulness", "CAN/C5a": "paraphrase invariance",
+    "CAN/C5b": "distribution shift", "CAN/C5c": "multilingual stability",
+    "WILL": "default behaviour", "WILL/W1": "willingness (over-refusal)", "WILL/W2": "coverage vs overreach",
+    "WILL/W3": "style (length, format markers)",
+    "HOW": "protocol compliance", "HOW/H1": "instruction following", "HOW/H2": "output format / JSON",
+    "HOW/H3": "tool / function calling", "HOW/H4": "multi-turn state", "HOW/H5": "long context",
+    "HOW/H6": "citation",
+}
+
+
+def row_label(row: str) -> str:
+    """`CAN/C1` -> `CAN/C1 knowledge and skills` (an unknown row keeps its bare name)."""
+    return f"{row} {CAPABILITIES[row]}" if row in CAPABILITIES else row
+
+
+def legend(rows: Sequence[str]) -> list[tuple[str, str, list[str]]]:
+    """(row, meaning, metrics behind it) for each row: a group lists its metrics, a sub its own."""
+    from evaluators.scoring.suites import metric_specs  # noqa: PLC0415
+
+    specs = metric_specs()
+    out = []
+    for row in rows:
+        group, _, sub = row.partition("/")
+        names = [m.name for m in specs if m.group == group and (not sub or m.sub == sub)]
+        out.append((row, CAPABILITIES.get(row, ""), names))
+    return out
+
+
+def heatmap_figure(data: dict, title: str):
+    """The matplotlib Figure (Agg): rows labelled with their meaning, the title wrapped to fit."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,17 +77,24 @@ def _draw(data: dict, png: Path, title: str) -> None:
 
     values = np.array([[np.nan if v is None else v for v in row] for row in data["drift_pct"]], dtype=float)
     n_rows, n_cols = values.shape
-    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * n_cols, 1.0 + 0.45 * n_rows), dpi=100)
+    width = max(7.0, 3.6 + 1.0 * n_cols)  # room for the row labels and the colour bar
+    fig, ax = plt.subplots(figsize=(width, 1.6 + 0.42 * n_rows), dpi=100, layout="constrained")
     cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#d0d0d0")
     img = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto",
                     norm=TwoSlopeNorm(vcenter=0.0, vmin=-CLIP_PCT, vmax=CLIP_PCT))
     for (i, j), v in np.ndenumerate(values):
         ax.text(j, i, "n/a" if np.isnan(v) else f"{v:+.1f}", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(n_cols), data["columns"], rotation=30, ha="right")
-    ax.set_yticks(range(n_rows), data["rows"])
-    ax.set_title(title)
-    fig.colorbar(img, ax=ax, label="relative drift vs OOB (%)")
-    fig.tight_layout()
+    ax.set_yticks(range(n_rows), [row_label(r) for r in data["rows"]])
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(width * 9))), fontsize=11)
+    fig.colorbar(img, ax=ax, label="relative drift vs the initial parent (%)")
+    return fig
+
+
+def _draw(data: dict, png: Path, title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = heatmap_figure(data, title)
     fig.savefig(png)
     plt.close(fig)
 
