@@ -295,33 +295,40 @@ def _warn(text: str) -> None:
 
 @contextmanager
 def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] = _warn) -> Iterator[Tracker | None]:
-    """Wrap `ctx.progress` so that the tracker syncs after every `commit` and at the end.
+    """The episode's outside observers, for as long as the graph runs: the run's lock (so
+    `agent runs ls` tells a live run from a killed one) and, when enabled, the MLflow view,
+    synced after every `commit` and at the end.
 
     `ctx` is the episode's runtime context (agent.state.Ctx): the bank's events, the ledger's
     charges and the entries' cards are read from it; everything else from the run directory.
     """
-    if not enabled:
-        yield None
-        return
-    tracker = Tracker(tracking_uri(uri, ctx.run_dir.parent), ctx.run_dir, say)
-    manifest = plain(ctx.manifest)
-    tracker.start(manifest)
-    inner = ctx.progress
-    lineage = lineage_name(manifest["config"]["world"], manifest["initial"]["sha256"])
+    from agent.runlock import hold  # noqa: PLC0415
 
-    def sync() -> None:
-        cards = {h: e.record.card.model_dump(mode="json") for h, e in ctx.entries.items()}
-        tracker.sync(ctx.bank.events(ctx.episode_id), ctx.ledger.charges(ctx.episode_id), cards, lineage)
+    with hold(ctx.run_dir):
+        if not enabled:
+            yield None
+            return
+        tracker = Tracker(tracking_uri(uri, ctx.run_dir.parent), ctx.run_dir, say)
+        manifest = plain(ctx.manifest)
+        tracker.start(manifest)
+        inner = ctx.progress
+        lineage = lineage_name(manifest["config"]["world"], manifest["initial"]["sha256"])
 
-    def progress(node: str, update: dict[str, Any]) -> None:
-        inner(node, update)
-        if node == "commit":
-            sync()
+        def sync() -> None:
+            cards = {h: e.record.card.model_dump(mode="json") for h, e in ctx.entries.items()}
+            tracker.sync(ctx.bank.events(ctx.episode_id), ctx.ledger.charges(ctx.episode_id), cards, lineage)
 
-    ctx.progress = progress
-    try:
-        yield tracker
-    finally:
-        ctx.progress = inner
-    sync()
-    tracker.finish(finished=(ctx.run_dir / "report.md").is_file())
+        def progress(node: str, update: dict[str, Any]) -> None:
+            inner(node, update)
+            if node == "commit":
+                sync()
+
+        ctx.progress = progress
+        try:
+            yield tracker
+        finally:
+            ctx.progress = inner
+        from agent.experiments.compare import finished  # noqa: PLC0415 (the one "episode ended" rule)
+
+        sync()
+        tracker.finish(finished=finished(ctx.run_dir))

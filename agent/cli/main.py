@@ -24,7 +24,19 @@ COMMAND_MODULES = (
     "agent.cli.gate",      # gate, profile
     "agent.cli.run",       # run
     "agent.cli.measure",   # compare, retrospective
+    "agent.cli.runs",      # runs ls
 )
+
+# The example shown by `--help` of a command whose module gives none of its own (every
+# command shows at least one; tests/test_runs_cli.py checks all of them).
+EXAMPLES = {
+    "authorize": "agent authorize --bank runs/bank.sqlite --context context.json --json",
+    "audit": "agent audit runs/ep-20261130-021003 --json",
+    "replay": "agent replay retrospective-24 --json",
+    "eval": "agent eval --model ~/.cache/posttrain-agent/worlds/test-<hash12>/base --suite sql/target --split validation --json",
+    "world build": "agent world build --size test",
+    "world seed-bank": "agent world seed-bank --size test --bank runs/bank-test.sqlite",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,10 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agent",
         description="Autonomous post-training control agent (BCIT authorizer, TRL runs, CapTrack gate).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for path, command in commands(parser):
+        if "example" not in command.format_help().lower():
+            command.epilog = f"example:\n  {EXAMPLES[' '.join(path)]}"
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import version  # noqa: PLC0415
+
+    return version("posttrain-agent")
+
+
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(path, parser) of every leaf command: ("bank", "init"), ("run",), ..."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001 (argparse has no public walk)
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from commands(child, path + (name,))
 
 
 VALUE_FLAGS_THAT_TAKE_NEGATIVES = ("--episode-budget",)

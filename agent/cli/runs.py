@@ -1,0 +1,85 @@
+"""`agent runs ls`: the episodes under a runs folder, their state, policy, spend and promotions.
+
+State, from what the run directory holds:
+- running: a live process holds its lock (agent/runlock.py);
+- finished: its report exists (the report is the loop's last node: agent.experiments.compare.finished);
+- killed: neither, but its manifest is frozen: `agent run --resume ID` finishes it.
+A folder without a manifest is not an episode and is not listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """examples:
+  agent runs ls
+  agent runs ls --runs runs/compare-v2/episodes --json
+"""
+
+
+def register(sub) -> None:
+    runs = sub.add_parser("runs", help="the episodes under a runs folder (agent runs ls)")
+    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
+    p = rsub.add_parser("ls", help="list episodes: state (running / finished / killed, resumable), policy, "
+                                   "budget spent, promotions", epilog=EXAMPLES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="runs", help="runs folder (default runs/)")
+    p.add_argument("--json", action="store_true", help="one JSON object per episode, as a list")
+    p.set_defaults(func=cmd_ls)
+
+
+def episode_state(run_dir: Path) -> str:
+    from agent.experiments.compare import finished  # noqa: PLC0415
+    from agent.runlock import running  # noqa: PLC0415
+
+    if running(run_dir):
+        return "running"
+    return "finished" if finished(run_dir) else "killed"
+
+
+def describe(run_dir: Path) -> dict[str, Any]:
+    """One episode's row, read from manifest.json, parent.json and ledger.sqlite."""
+    from agent.promotion import read_pointer  # noqa: PLC0415
+
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    spent = 0.0
+    if (run_dir / "ledger.sqlite").is_file():
+        from trainers.ledger import Ledger  # noqa: PLC0415
+
+        spent = Ledger(str(run_dir / "ledger.sqlite")).spent(manifest["episode_id"])
+    promotions = read_pointer(run_dir).promotions if (run_dir / "parent.json").is_file() else 0
+    state = episode_state(run_dir)
+    return {"id": run_dir.name, "state": state, "policy": manifest["config"]["policy"],
+            "world": manifest["config"]["world"], "spent_h": round(spent, 4),
+            "budget_h": manifest["budget_device_hours"], "promotions": promotions, "path": str(run_dir),
+            "resume": f"agent run --resume {run_dir}" if state == "killed" else None}
+
+
+def list_runs(folder: Path) -> list[dict[str, Any]]:
+    """Every episode directly under `folder`, oldest first (by manifest time)."""
+    from experience_bank.errors import BadInput  # noqa: PLC0415
+
+    if not folder.is_dir():
+        raise BadInput(f"runs folder {folder} not found: pass --runs DIR (the folder that holds runs/ID directories)")
+    dirs = [d for d in folder.iterdir() if (d / "manifest.json").is_file()]
+    return [describe(d) for d in sorted(dirs, key=lambda d: ((d / "manifest.json").stat().st_mtime, d.name))]
+
+
+def cmd_ls(args) -> int:
+    rows = list_runs(Path(args.runs))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"no episodes under {args.runs}")
+        return 0
+    width = max(len(r["id"]) for r in rows)
+    print(f"{'episode':<{width}}  {'state':<8}  {'policy':<14}  {'spent / budget h':>17}  promotions")
+    for r in rows:
+        spend = f"{r['spent_h']:.2f} / {r['budget_h']:g}"
+        note = f"   resume: {r['resume']}" if r["resume"] else ""
+        print(f"{r['id']:<{width}}  {r['state']:<8}  {r['policy']:<14}  {spend:>17}  {r['promotions']:>10}{note}")
+    return 0

@@ -1,0 +1,106 @@
+"""CLI conventions: `agent --version`, an example in every command's --help, and `agent runs ls`
+telling running, finished and killed (resumable) episodes apart, with policy, spend and promotions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli.main import build_parser, commands, main
+
+SHA = {"a": "a" * 64, "b": "b" * 64, "c": "c" * 64}
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"agent {version('posttrain-agent')}"
+
+
+def test_every_command_help_has_an_example():
+    leaves = list(commands(build_parser()))
+    assert len(leaves) >= 19 and ("runs", "ls") in [p for p, _ in leaves]
+    missing = [" ".join(p) for p, cmd in leaves if "example" not in cmd.format_help().lower()]
+    assert missing == []
+    for path, cmd in leaves:  # each example names its own command
+        help_text = cmd.format_help()
+        assert f"agent {' '.join(path)}" in help_text[help_text.lower().index("example"):], path
+
+
+def _episode(folder: Path, name: str, *, policy: str, charges: list[float], promote: bool, report: bool) -> Path:
+    """A run directory as the loop leaves it: manifest, parent pointer, ledger (real writers)."""
+    from agent.promotion import init_parent, promote as move
+    from experience_bank.results import GateVerdict
+    from trainers.ledger import Ledger
+
+    run = folder / name
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"episode_id": name, "budget_device_hours": 36.0,
+                                                   "config": {"policy": policy, "world": "test"}}))
+    init_parent(run, "base", SHA["a"])
+    if promote:
+        move(run, "child", GateVerdict(promote=True, decided_by="all_passed", checks=(), u_prom=0.1,
+                                       child_sha256=SHA["b"], parent_sha256=SHA["a"], initial_sha256=SHA["a"]))
+    ledger = Ledger(str(run / "ledger.sqlite"))
+    for i, h in enumerate(charges):
+        ledger.charge(name, f"k{i}", kind="train", device_hours=h, wall_seconds=1.0)
+    if report:
+        (run / "report.md").write_text("# done\n")
+    return run
+
+
+HOLD = "import sys, time; from pathlib import Path; from agent.runlock import hold\n" \
+       "with hold(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.readline()"
+
+
+def test_runs_ls_states_spend_and_promotions(tmp_path, capsys):
+    done = _episode(tmp_path, "ep-1", policy="bcit", charges=[1.5, 2.25], promote=True, report=True)
+    live = _episode(tmp_path, "ep-2", policy="flat_additive", charges=[0.5], promote=False, report=False)
+    dead = _episode(tmp_path, "ep-3", policy="bcit", charges=[], promote=False, report=False)
+    (tmp_path / "not-a-run").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(live)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["runs", "ls", "--runs", str(tmp_path), "--json"]) == 0
+        rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+        assert set(rows) == {"ep-1", "ep-2", "ep-3"}
+        assert [rows[k]["state"] for k in ("ep-1", "ep-2", "ep-3")] == ["finished", "running", "killed"]
+        assert rows["ep-1"]["spent_h"] == 3.75 and rows["ep-1"]["promotions"] == 1 and rows["ep-1"]["budget_h"] == 36.0
+        assert rows["ep-2"]["policy"] == "flat_additive" and rows["ep-3"]["resume"] == f"agent run --resume {dead}"
+    finally:
+        holder.kill()  # SIGKILL: the kernel drops the lock with the process
+        holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+    assert main(["runs", "ls", "--runs", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["episode", "state", "policy"]
+    assert [line.split()[1] for line in table[1:]] == ["finished", "killed", "killed"]
+    assert "3.75 / 36" in table[1] and table[2].endswith(f"resume: agent run --resume {live}")
+    assert done.name in table[1]
+
+
+def test_a_second_process_cannot_run_a_held_episode(tmp_path):
+    from agent.runlock import hold, running
+    from experience_bank.errors import BadInput
+
+    assert not running(tmp_path)
+    with hold(tmp_path):
+        assert running(tmp_path)
+        with pytest.raises(BadInput, match="another live process"):
+            with hold(tmp_path):
+                pass
+    assert not running(tmp_path)
+
+
+def test_runs_ls_of_a_missing_folder_is_bad_input(tmp_path, capsys):
+    assert main(["runs", "ls", "--runs", str(tmp_path / "nope")]) == 2
+    assert "runs folder" in capsys.readouterr().err
