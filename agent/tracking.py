@@ -138,7 +138,7 @@ class Tracker:
         tags = {"kind": "episode", "episode_id": episode, "mlflow.runName": episode, "policy": cfg["policy"],
                 "world": cfg["world"], "budget_device_hours": str(manifest["budget_device_hours"]),
                 "library_version": str(manifest["library_version"]), "manifest_hash": manifest["manifest_hash"],
-                "initial_sha256": manifest["initial"]["sha256"]}
+                "initial_sha256": manifest["initial"]["sha256"], "run_dir": str(self.run_dir.resolve())}
         run = found[0] if found else client.create_run(exp, tags=tags, run_name=episode)
         self._run_id = run.info.run_id
         params = {f"config.{k}": v for k, v in cfg.items()} | {
@@ -332,3 +332,50 @@ def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] =
 
         sync()
         tracker.finish(finished=finished(ctx.run_dir))
+
+
+def _flat(prefix: str, value: Any) -> dict[str, float]:
+    """Nested numbers of a summary as `a.b.c` metrics (lists and strings stay in the JSON artifact)."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items() for k, v in _flat(f"{prefix}{key}.", sub).items()}
+    return _numbers("", {prefix[:-1]: value}) if isinstance(value, (int, float)) and value is not None else {}
+
+
+def log_comparison(out: Path, uri: str | None = None, say: Callable[[str], None] = _warn) -> str | None:
+    """`agent compare`'s table and figures as one MLflow run, the parent of its episodes' runs.
+
+    Reads what compare wrote (compare.json, compare.md, the PNGs) and the episodes' runs in the
+    same store (sqlite:///<out>/episodes/mlflow.db unless a URI is given); found again by its
+    `compare_dir` tag, so a resumed comparison updates its run instead of adding one.
+    Returns the run id (None when the tracker is down: warned once, nothing else changes).
+    """
+    tracker = Tracker(tracking_uri(uri, out / "episodes"), out / "episodes" / "compare", say)
+    return tracker._guarded("logging the comparison", lambda: _log_comparison(tracker, out))
+
+
+def _log_comparison(tracker: Tracker, out: Path) -> str:
+    from mlflow.entities import Metric, RunTag  # noqa: PLC0415
+
+    client = tracker._mlflow()
+    exp = tracker._experiment(client)
+    where = str(out.resolve())
+    found = client.search_runs([exp], f"tags.kind = 'compare' and tags.compare_dir = '{where}'", max_results=1)
+    run = found[0] if found else client.create_run(exp, tags={"kind": "compare", "compare_dir": where},
+                                                   run_name=f"compare {out.name}")
+    rid = run.info.run_id
+    data = json.loads((out / "compare.json").read_text(encoding="utf-8"))
+    metrics = _flat("", {"policies": data["summary"]["policies"], "pairs": data["summary"]["pairs"]})
+    client.log_batch(rid, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+                     tags=[RunTag("policies", ",".join(data["meta"]["policies"])),
+                           RunTag("seeds", str(len(data["meta"]["seeds"])))])
+    for name in ("compare.md", "compare.json", "endpoint.png", "trajectories.png"):
+        if (out / name).is_file():
+            client.log_artifact(rid, str(out / name))
+    for ep in data["episodes"]:  # nest each episode's run under the comparison
+        if "run_dir" not in ep:
+            continue  # an episode that failed before its run directory was read
+        path = str(Path(ep["run_dir"]).resolve())
+        for r in client.search_runs([exp], f"tags.kind = 'episode' and tags.run_dir = '{path}'"):
+            client.set_tag(r.info.run_id, "mlflow.parentRunId", rid)
+    client.set_terminated(rid, "FINISHED")
+    return rid

@@ -181,6 +181,33 @@ def test_run_flags_reach_the_config():
     assert build_config(None, {}).tracking is True
 
 
+def test_comparison_is_one_run_that_parents_its_episodes(tmp_path):
+    from agent.experiments import compare as C
+    from agent.tracking import EXPERIMENT, Tracker, log_comparison
+    from test_compare import _ep
+
+    out = tmp_path / "cmp"
+    episodes = [_ep("a", s, v) | {"run_dir": str(out / "episodes" / f"a-s{s}")} for s, v in enumerate([42.0, 44.0])]
+    episodes += [_ep("b", s, v) | {"run_dir": str(out / "episodes" / f"b-s{s}")} for s, v in enumerate([40.0, 41.0])]
+    C.write_outputs(out, C.summarise(episodes), episodes, {"policies": ["a", "b"], "seeds": [0, 1], "budget": "10h",
+                                                           "config": None, "jobs": 1, "wall_s": 1.0})
+    said: list = []
+    for ep in episodes:  # each episode's own run, as `agent run` started it
+        run_dir = Path(ep["run_dir"])
+        Tracker(f"sqlite:///{out / 'episodes' / 'mlflow.db'}", run_dir, said.append).start(
+            {"episode_id": run_dir.name, "config": {"policy": ep["policy"], "world": "fake"}, "budget_device_hours": 10.0,
+             "library_version": 1, "manifest_hash": "0" * 64, "initial": {"sha256": "1" * 64}})
+    rid = log_comparison(out, say=said.append)
+    assert said == [] and log_comparison(out, say=said.append) == rid  # a resumed comparison reuses its run
+    c = _client(f"sqlite:///{out / 'episodes' / 'mlflow.db'}")
+    run = c.get_run(rid)
+    assert run.data.metrics["policies.a.endpoint_mean"] == 43.0 and run.data.metrics["pairs.a_vs_b.endpoint.mean_diff"] == 2.5
+    assert {"compare.md", "compare.json", "endpoint.png", "trajectories.png"} <= {a.path for a in c.list_artifacts(rid)}
+    exp = c.get_experiment_by_name(EXPERIMENT).experiment_id
+    children = c.search_runs([exp], f"tags.`mlflow.parentRunId` = '{rid}'")
+    assert sorted(r.data.tags["episode_id"] for r in children) == ["a-s0", "a-s1", "b-s0", "b-s1"]
+
+
 if __name__ == "__main__":
     print(json.dumps({k: v for k, v in tracked_fake(Path(sys.argv[1]), sys.argv[2]).items()
                       if k in ("stop_reason", "seq")}))

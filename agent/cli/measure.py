@@ -53,6 +53,9 @@ def cmd_compare(args) -> int:
     summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
                       config=args.config, n_jobs=args.jobs)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
+    from agent.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
+
+    log_comparison(Path(args.out))
     for name, s in summary["policies"].items():
         print(f"  {name:16s} n={s['n']} endpoint={s['endpoint_mean']}")
     if summary["failed"]:
