@@ -3,37 +3,41 @@
 Plain SQLite through sqlite-utils (schema in `migrations.py`). Guarantees and their limits:
 - every write is one `BEGIN IMMEDIATE` transaction (all or nothing, even under kill -9), with
   WAL and `synchronous=FULL`; a busy timeout lets two processes append to one bank;
-- rows of records, library versions, decisions, events and staged observations are frozen by
-  triggers, and each carries a content hash and a write timestamp;
-- `verify()` recomputes every hash and chain link. Someone with file access can rewrite a whole
-  chain consistently; catching that needs the head hash anchored outside the database, which
-  is out of scope here (see research/reliability-and-performance.md §A2).
+- rows are frozen by triggers (UPDATE, DELETE and an INSERT over an existing key, which is
+  what REPLACE does); every row the bank serves is covered by a hash chain (`chains.py`);
+- after each commit the new chain head is appended to the head log beside the bank
+  (`heads.py`), so `verify --against` also catches a history rewritten with every hash
+  recomputed. An in-memory bank has no head log.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from pydantic import TypeAdapter, ValidationError
 from sqlite_utils import Database
 
-from experience_bank import hashing, integrity, migrations
-from experience_bank.consolidate import NOISE_PP, conflicted_hashes, plan
+from experience_bank import chains, hashing, heads, integrity, library, migrations
+from experience_bank.consolidate import NOISE_PP, conflicted_hashes, fact_of, plan
 from experience_bank.errors import BadInput
-from experience_bank.hashing import canonical_json, chain_hash, content_hash, sha256_text
+from experience_bank.hashing import canonical_json, chain_hash, sha256_text
 from experience_bank.records import Decision, Event, HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another process's write transaction before giving up."""
+CACHE_KIB = 65536
+"""SQLite page cache per connection: bulk imports touch the primary-key B-tree at random."""
 Record = HistoricalRecord | Proposal
 _IDENT = TypeAdapter(Ident)
 _SHA = TypeAdapter(Sha256)
+_INSERT_RECORD = ("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                  "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)")
 
 
 @dataclass(frozen=True)
@@ -54,10 +58,6 @@ class SeqTaken(BadInput):
     """A different event already holds this (episode, seq): re-read the history and append after it."""
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
 def _check(adapter: TypeAdapter, value: object, what: str) -> None:
     try:
         adapter.validate_python(value, strict=True)
@@ -70,13 +70,30 @@ def decision_hash(decision: Decision) -> str:
     return hashing.decision_hash(decision.model_dump(mode="json"))
 
 
+def damaged(path: str, exc: Exception) -> BadInput:
+    """The one line for a bank file SQLite cannot read."""
+    return BadInput(f"bank {path} is not a readable SQLite bank ({exc}): check it with "
+                    f"`sqlite3 {path} \"PRAGMA integrity_check\"` and restore it from a copy")
+
+
+def record_row(record: Record) -> dict:
+    """The stored row of a record: one model dump serves the body and the context hash."""
+    plain = record.model_dump(mode="json")
+    body = canonical_json(plain)
+    source = sha256_text(canonical_json(plain["source"])) if isinstance(record, HistoricalRecord) else None
+    return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
+            "source_hash": source, "body": body, "written_at": library.now()}
+
+
 class Bank:
     """An experience bank in one SQLite file (or `":memory:"` for tests)."""
 
     def __init__(self, path: str | Path = ":memory:"):
-        """Connect and bring the schema up to date (BadInput if the bank is newer than this code)."""
+        """Connect and bring the schema up to date (BadInput if the bank is newer, downgraded or unreadable)."""
         self.path = str(path)
         self.base_dir = Path.cwd() if self.path == ":memory:" else Path(self.path).resolve().parent
+        self.head_log = None if self.path == ":memory:" else heads.log_path(self.path)
+        self._heads: list[dict] = []
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         self.db = Database(conn)
         try:
@@ -84,7 +101,11 @@ class Bank:
                 self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self._migrate()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise damaged(self.path, exc) from None
         except BaseException:
             conn.close()
             raise
@@ -98,9 +119,13 @@ class Bank:
 
     @classmethod
     def open(cls, path: str | Path) -> "Bank":
-        """Open an existing bank; BadInput if it is missing or newer than this code."""
-        if str(path) != ":memory:" and not Path(path).is_file():
-            raise BadInput(f"no bank at {path}: create one with `agent bank init --bank {path}`")
+        """Open an existing bank; BadInput if it is missing, empty, unreadable or newer than this code."""
+        if str(path) != ":memory:":
+            if not Path(path).is_file():
+                raise BadInput(f"no bank at {path}: create one with `agent bank init --bank {path}`")
+            if Path(path).stat().st_size == 0:
+                raise BadInput(f"bank {path} is an empty file, not a bank: remove it, or create one with "
+                               f"`agent bank init --bank {path}`")
         return cls(path)
 
     def close(self) -> None:
@@ -115,20 +140,25 @@ class Bank:
     @contextmanager
     def _write(self) -> Iterator[Database]:
         """One write transaction: BEGIN IMMEDIATE takes the write lock up front, so a
-        read-then-write (next seq, next version) cannot interleave with another process."""
+        read-then-write (next seq, next version) cannot interleave with another process.
+        The heads it made are appended to the head log only once the commit is durable."""
         self.db.execute("BEGIN IMMEDIATE")
+        self._heads = []
         try:
             yield self.db
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+        if self._heads and self.head_log is not None:
+            heads.append(self.head_log, self._heads)
 
     def _migrate(self) -> None:
         if not migrations.pending(self.db):
             return  # read-only when up to date: opening a bank never rewrites it
         with self._write() as db:
             migrations.apply(db, migrations.pending(db))
+            self._heads = heads.current(db)  # an upgraded bank's first anchors
 
     def schema_version(self) -> int:
         return migrations.schema_version(self.db)
@@ -140,20 +170,23 @@ class Bank:
 
         With `library_note`, the same transaction also creates a new library version holding
         the current version's records plus these."""
-        records = list(records)
-        for n, r in enumerate(records):
-            if not isinstance(r, (HistoricalRecord, Proposal)):
-                raise BadInput(f"item {n} is a {type(r).__name__}, not a HistoricalRecord or Proposal")
-        rows = [self._record_row(r) for r in records]
+        facts: list = []
+
+        def rows() -> Iterator[dict]:
+            # Streamed into one transaction: a bad item rolls it all back, and 1e6 bodies are
+            # never held in memory at once.
+            for n, r in enumerate(records):
+                if not isinstance(r, (HistoricalRecord, Proposal)):
+                    raise BadInput(f"item {n} is a {type(r).__name__}, not a HistoricalRecord or Proposal")
+                row = record_row(r)
+                facts.append(fact_of(r, row["hash"], row["source_hash"]))
+                yield row
+
         with self._write() as db:
-            db.conn.executemany(
-                "INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", rows)
+            db.conn.executemany(_INSERT_RECORD, rows())
             if library_note is not None:
-                base = [(e.hash, e.record) for e in self._entries(self.current_library_version())]
-                self._insert_version(base + [(r["hash"], rec) for r, rec in zip(rows, records)],
-                                     library_note, None, None)
-        return [r["hash"] for r in rows]
+                self._insert_version(library.version_facts(db, self.current_library_version()) + facts, library_note)
+        return [f.hash for f in facts]
 
     def import_jsonl(self, path: str | Path, *, library_note: str | None = None) -> list[str]:
         """Parse every line strictly first (BadInput names the line), then import all or nothing."""
@@ -173,10 +206,7 @@ class Bank:
 
     @staticmethod
     def _record_row(record: Record) -> dict:
-        body = canonical_json(record)
-        source = content_hash(record.source) if isinstance(record, HistoricalRecord) else None
-        return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
-                "source_hash": source, "body": body, "written_at": _now()}
+        return record_row(record)
 
     def get_record(self, record_hash: str) -> Record:
         """The record with this content hash (BadInput if absent)."""
@@ -206,36 +236,48 @@ class Bank:
         row = self.db.execute("SELECT 1 FROM library_versions WHERE version = ?", [version]).fetchone()
         return row is not None or (version == 0 and self.current_library_version() == 0)
 
-    def _entries(self, version: int) -> list[LibraryEntry]:
+    def _version(self, version: int | None) -> int:
+        version = self.current_library_version() if version is None else version
         if not self._has_version(version):
             raise BadInput(f"no library version {version} (latest is {self.current_library_version()})")
-        rows = self.db.execute(
-            "SELECT e.record_hash, r.body, e.conflicted, e.missing FROM library_entries e "
-            "JOIN records r ON r.hash = e.record_hash WHERE e.version = ? ORDER BY e.rowid", [version])
+        return version
+
+    def _entry_rows(self, version: int | None, card_id: str | None = None) -> list[LibraryEntry]:
+        sql = ("SELECT e.record_hash, r.body, e.conflicted, e.missing FROM library_entries e "
+               "JOIN records r ON r.hash = e.record_hash WHERE e.version = ?")
+        args: list = [self._version(version)]
+        if card_id is not None:
+            sql, args = sql + " AND r.card_id = ?", args + [card_id]
+        rows = self.db.execute(sql + " ORDER BY e.rowid", args)
         return [LibraryEntry(h, parse_record(b), bool(c), tuple(json.loads(m))) for h, b, c, m in rows]
 
     def library_records(self, version: int | None = None) -> list[LibraryEntry]:
         """The entries of a library version (default: the current one); old versions stay readable."""
-        return self._entries(self.current_library_version() if version is None else version)
+        return self._entry_rows(version)
+
+    def library_entries_for(self, card_id: str, version: int | None = None) -> list[LibraryEntry]:
+        """The entries of one card in a library version, by index (what authorizing a candidate reads)."""
+        return self._entry_rows(version, card_id)
+
+    def export_lines(self, version: int | None = None) -> Iterator[str]:
+        """A version's records as stored canonical JSON, hash-checked, without re-serialising."""
+        rows = self.db.execute("SELECT e.record_hash, r.body FROM library_entries e JOIN records r "
+                               "ON r.hash = e.record_hash WHERE e.version = ? ORDER BY e.rowid", [self._version(version)])
+        for h, body in rows:
+            if hashlib.sha256(body.encode()).hexdigest() != h:
+                raise BadInput(f"record {h} fails its hash check: run `agent bank verify` before exporting")
+            yield body
 
     def create_library_version(self, record_hashes: Iterable[str], note: str) -> int:
         """A new library version holding exactly these stored records; conflicts are flagged."""
-        with self._write():
-            return self._insert_version([(h, self.get_record(h)) for h in record_hashes], note, None, None)
+        with self._write() as db:
+            return self._insert_version(library.stored_facts(db, record_hashes), note)
 
-    def _insert_version(self, entries: list[tuple[str, Record]], note: str, base: int | None,
-                        episode_id: str | None, missing: dict[str, tuple[str, ...]] | None = None) -> int:
-        unique = dict(entries)  # callers pass records they hold, so nothing is parsed twice
-        hashes = list(unique)
-        conflicted = conflicted_hashes(list(unique.values()))
-        (latest,) = self.db.execute("SELECT max(version) FROM library_versions").fetchone()
-        version = 0 if latest is None else latest + 1
-        self.db.execute("INSERT INTO library_versions (version, base_version, episode_id, note, created_at) "
-                        "VALUES (?, ?, ?, ?, ?)", [version, base, episode_id, note, _now()])
-        self.db.conn.executemany(
-            "INSERT INTO library_entries (version, record_hash, conflicted, missing) VALUES (?, ?, ?, ?)",
-            [(version, h, int(h in conflicted), json.dumps(list((missing or {}).get(h, ()))))
-             for h in hashes])
+    def _insert_version(self, facts: list, note: str) -> int:
+        conflicted = conflicted_hashes(facts)
+        version, head = library.insert_version(self.db, [(f.hash, f.hash in conflicted, ()) for f in facts],
+                                               note, None, None)
+        self._heads.append(heads.library_line(version, head))
         return version
 
     # --- episodes and the history H_t ---------------------------------------------------
@@ -253,6 +295,9 @@ class Bank:
             raise BadInput(f"episode {episode_id!r} is finished: its history is closed")
         return episode
 
+    def _journal(self, episode_id: str, kind: str, ref: str) -> None:
+        self._heads.append(heads.episode_line(episode_id, *chains.journal(self.db, episode_id, kind, ref)))
+
     def start_episode(self, episode_id: str, manifest_hash: str, library_version: int) -> None:
         """Open an episode over a library version (idempotent for the same arguments)."""
         _check(_IDENT, episode_id, "episode id")
@@ -265,17 +310,22 @@ class Bank:
             if old is not None and tuple(old) != (manifest_hash, library_version):
                 raise BadInput(f"episode {episode_id!r} already exists with another manifest or library version")
             if old is None:
+                genesis = integrity.episode_genesis(episode_id, manifest_hash, library_version)
                 db.execute("INSERT INTO episodes (episode_id, manifest_hash, library_version, genesis, started_at) "
-                           "VALUES (?, ?, ?, ?, ?)", [episode_id, manifest_hash, library_version,
-                                                      integrity.episode_genesis(episode_id, manifest_hash, library_version), _now()])
+                           "VALUES (?, ?, ?, ?, ?)", [episode_id, manifest_hash, library_version, genesis, library.now()])
+                self._heads.append(heads.episode_line(episode_id, *chains.episode_head(db, episode_id)))
 
     def _insert_decision(self, episode_id: str, decision: Decision) -> str:
         if decision_hash(decision) != decision.decision_hash:
             raise BadInput(f"decision for {decision.candidate_id} has a decision_hash that does not match its "
                            "fields: compute it with experience_bank.bank.decision_hash")
-        self.db.execute("INSERT OR IGNORE INTO decisions (episode_id, decision_hash, candidate_id, body, written_at) "
-                        "VALUES (?, ?, ?, ?, ?)", [episode_id, decision.decision_hash, decision.candidate_id,
-                                                    canonical_json(decision), _now()])
+        seen = self.db.execute("SELECT 1 FROM decisions WHERE episode_id = ? AND decision_hash = ?",
+                               [episode_id, decision.decision_hash]).fetchone()
+        if seen is None:
+            self.db.execute("INSERT INTO decisions (episode_id, decision_hash, candidate_id, body, written_at) "
+                            "VALUES (?, ?, ?, ?, ?)", [episode_id, decision.decision_hash, decision.candidate_id,
+                                                        canonical_json(decision), library.now()])
+            self._journal(episode_id, "decision", decision.decision_hash)
         return decision.decision_hash
 
     def record_decision(self, episode_id: str, decision: Decision) -> str:
@@ -312,7 +362,8 @@ class Bank:
             link = chain_hash(prev, body_hash)
             db.execute("INSERT INTO events (episode_id, seq, candidate_id, body, body_hash, prev_hash, hash, written_at) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [event.episode_id, event.seq, event.candidate_id,
-                                                           body, body_hash, prev, link, _now()])
+                                                           body, body_hash, prev, link, library.now()])
+            self._journal(event.episode_id, "event", str(event.seq))
             return link
 
     def events(self, episode_id: str) -> list[Event]:
@@ -325,16 +376,16 @@ class Bank:
         """Keep new evidence produced by a running episode for its consolidation (idempotent)."""
         if not isinstance(record, HistoricalRecord):
             raise BadInput("only a HistoricalRecord (with evidence) can be staged as an observation")
-        row = self._record_row(record)
+        row = record_row(record)
         with self._write() as db:
             seen = db.execute("SELECT 1 FROM staged WHERE episode_id = ? AND record_hash = ?",
                               [episode_id, row["hash"]]).fetchone()
             if seen is None:
                 self._running(episode_id)
-                db.execute("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                           "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", row)
+                db.execute(_INSERT_RECORD, row)
                 db.execute("INSERT INTO staged (episode_id, record_hash, written_at) VALUES (?, ?, ?)",
-                           [episode_id, row["hash"], _now()])
+                           [episode_id, row["hash"], library.now()])
+                self._journal(episode_id, "staged", row["hash"])
         return row["hash"]
 
     def staged(self, episode_id: str) -> list[HistoricalRecord]:
@@ -345,9 +396,9 @@ class Bank:
     def finish_episode(self, episode_id: str) -> None:
         """Close the episode's history (idempotent)."""
         with self._write() as db:
-            self._episode(episode_id)
-            db.execute("UPDATE episodes SET finished_at = ? WHERE episode_id = ? AND finished_at IS NULL",
-                       [_now(), episode_id])
+            if self._episode(episode_id)["finished_at"] is None:
+                db.execute("UPDATE episodes SET finished_at = ? WHERE episode_id = ?", [library.now(), episode_id])
+                self._journal(episode_id, "finish", "finish")
 
     # --- consolidation and verification -------------------------------------------------
 
@@ -363,47 +414,27 @@ class Bank:
             episode = self._episode(episode_id)
             if episode["finished_at"] is None:
                 raise BadInput(f"episode {episode_id!r} is still running: finish it before consolidating")
-            observations = self._observations(episode["library_version"], episode_id)
-            planned = plan(observations, f"consolidate episode {episode_id}", noise_pp)
-            for p in planned:
-                if p.members:
-                    merged = self._record_row(p.record)
-                    db.execute("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                               "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", merged)
-                    db.conn.executemany("INSERT OR IGNORE INTO replicates (merged_hash, member_hash) VALUES (?, ?)",
-                                        [(merged["hash"], content_hash(m)) for m in p.members])
-            entries = [(content_hash(p.record), p.record) for p in planned]
-            missing = {h: self._missing(r) for h, r in entries}
-            return self._insert_version(entries, f"consolidate episode {episode_id}", episode["library_version"],
-                                        episode_id, missing)
+            note = f"consolidate episode {episode_id}"
+            observed, merged = library.observations(db, episode["library_version"], episode_id)
+            planned = plan(observed, lambda hashes: library.load_records(db, hashes), note, noise_pp, merged)
+            planned = library.store_merges(db, planned, record_row)
+            entries = [(p.hash, p.conflicted, library.missing(self.base_dir, p.artefacts)) for p in planned]
+            version, head = library.insert_version(db, entries, note, episode["library_version"], episode_id)
+            self._heads.append(heads.library_line(version, head))
+            return version
 
-    def _observations(self, version: int, episode_id: str) -> list[Record]:
-        """Raw observations behind L(e) and the staged evidence, every stored hash rechecked."""
-        rows = list(self.db.execute(
-            "SELECT r.hash, r.body FROM library_entries e JOIN records r ON r.hash = e.record_hash "
-            "WHERE e.version = ? UNION SELECT r.hash, r.body FROM staged s JOIN records r "
-            "ON r.hash = s.record_hash WHERE s.episode_id = ?", [version, episode_id]))
-        out: list[Record] = []
-        for h, body in rows:
-            if sha256_text(body) != h:
-                raise BadInput(f"record {h} fails its hash check: run `agent bank verify` before consolidating")
-            members = self.db.execute("SELECT r.hash, r.body FROM replicates p JOIN records r ON r.hash = p.member_hash "
-                                      "WHERE p.merged_hash = ?", [h]).fetchall()
-            for mh, mbody in members:
-                if sha256_text(mbody) != mh:
-                    raise BadInput(f"record {mh} fails its hash check: run `agent bank verify` before consolidating")
-            # A merged record is re-derived from its raw members, so replicates are never double-counted.
-            if members:
-                out.extend(parse_record(b) for _, b in members)
-            else:
-                out.append(parse_record(body))
-        return out
+    def verify(self, against: str | Path | None = None, deep: bool = False) -> list[str]:
+        """Every problem found (one line each, the first broken row first); empty means clean.
 
-    def _missing(self, record: Record) -> tuple[str, ...]:
-        return tuple(a for a in record.provenance.artefacts if not (self.base_dir / a).exists())
+        Recomputes every hash and chain link, runs SQLite's integrity check and, with
+        `against`, compares every head in that head log with the bank's."""
+        return self.check(against, deep).problems
 
-    def verify(self) -> list[str]:
-        """Recompute every record, decision and event hash and every chain link.
+    def check(self, against: str | Path | None = None, deep: bool = False) -> integrity.Report:
+        """`verify` with its notes (what could not be judged)."""
+        lines = None if against is None else heads.read(against)
+        return integrity.verify(self.db, self.path, lines, deep)
 
-        Returns one line per problem, the first broken row first; empty means clean."""
-        return integrity.verify(self.db)
+    def head_lines(self) -> list[dict]:
+        """The current head of the library chain and of every episode's journal."""
+        return heads.current(self.db)

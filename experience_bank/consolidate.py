@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable
 
 from experience_bank.evidence import lower_bound  # delta_src of merged replicates: the one definition
 from experience_bank.hashing import content_hash
@@ -28,25 +29,63 @@ Key = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
+class Fact:
+    """What consolidation needs of one stored record, read by index without parsing its body."""
+
+    hash: str
+    """Content hash of the record."""
+    kind: str
+    """`historical` or `proposal`."""
+    card_id: str
+    """Its card's id."""
+    source_hash: str | None = None
+    """Content hash of its source context (None for a proposal)."""
+    target_metric: str | None = None
+    """Its evidence's target metric (None for a proposal)."""
+    delta_point: float | None = None
+    """Its evidence's point effect in pp (None for a proposal)."""
+    artefacts: tuple[str, ...] = ()
+    """Provenance artefacts it names."""
+
+
+def fact_of(record: HistoricalRecord | Proposal, record_hash: str, source_hash: str | None) -> Fact:
+    if isinstance(record, Proposal):
+        return Fact(record_hash, record.kind, record.card.id, artefacts=record.provenance.artefacts)
+    return Fact(record_hash, record.kind, record.card.id, source_hash, record.evidence.target_metric,
+                record.evidence.delta_point, record.provenance.artefacts)
+
+
+@dataclass(frozen=True)
 class Planned:
     """One entry of a new library version."""
 
-    record: HistoricalRecord | Proposal
-    """The record to list."""
-    members: tuple[HistoricalRecord, ...] = ()
-    """Raw observations merged into it (empty when it is not a merge)."""
+    hash: str | None
+    """Content hash of the listed record (None for a new merge: the bank hashes it as it stores it)."""
+    record: HistoricalRecord | None = None
+    """A new merged record to store first (None: the stored record is listed as it is)."""
+    members: tuple[str, ...] = ()
+    """Hashes of the raw observations merged into it (empty when it is not a merge)."""
     conflicted: bool = False
     """Contradicting evidence exists for its card and context."""
+    artefacts: tuple[str, ...] = ()
+    """Provenance artefacts it names."""
+
+
+def fact_key(fact: Fact) -> Key:
+    return (fact.card_id, fact.source_hash or "", fact.target_metric or "")
 
 
 def evidence_key(record: HistoricalRecord) -> Key:
     return (record.card.id, content_hash(record.source), record.evidence.target_metric)
 
 
-def contradicts(records: list[HistoricalRecord], noise_pp: float = NOISE_PP) -> bool:
+def contradicting(effects: list[float], noise_pp: float = NOISE_PP) -> bool:
     """True when some effect is clearly positive and another clearly negative."""
-    effects = [r.evidence.delta_point for r in records]
     return any(e > noise_pp for e in effects) and any(e < -noise_pp for e in effects)
+
+
+def contradicts(records: list[HistoricalRecord], noise_pp: float = NOISE_PP) -> bool:
+    return contradicting([r.evidence.delta_point for r in records], noise_pp)
 
 
 def _retention(members: list[HistoricalRecord]) -> tuple[RetentionEffect, ...]:
@@ -90,40 +129,49 @@ def _merged_provenance(members: list[HistoricalRecord], label: str) -> Provenanc
 
 
 def merge(members: list[HistoricalRecord], label: str) -> HistoricalRecord:
-    """One record standing for several observations of the same card, context and metric."""
-    members = sorted(members, key=content_hash)
+    """One record standing for several observations of the same card, context and metric
+    (members in content-hash order, as `plan` passes them)."""
     first = members[0]
     return HistoricalRecord(card=first.card, source=first.source, evidence=merged_evidence(members),
                             applicability=first.applicability, provenance=_merged_provenance(members, label))
 
 
-def plan(observations: list[HistoricalRecord | Proposal], label: str,
-         noise_pp: float = NOISE_PP) -> list[Planned]:
-    """The entries of a new library version from raw observations (merged records already expanded)."""
-    unique = {content_hash(r): r for r in observations}
-    groups: dict[Key, list[HistoricalRecord]] = defaultdict(list)
-    out: list[Planned] = []
-    for h in sorted(unique):
-        record = unique[h]
-        if isinstance(record, Proposal):
-            out.append(Planned(record))
-        else:
-            groups[evidence_key(record)].append(record)
+def _groups(facts: list[Fact]) -> dict[Key, list[Fact]]:
+    """Historical facts by evidence key, in hash order: one pass over a dict, never pairs."""
+    groups: dict[Key, list[Fact]] = defaultdict(list)
+    for f in sorted(facts, key=lambda f: f.hash):
+        if f.kind == "historical":
+            groups[fact_key(f)].append(f)
+    return groups
+
+
+def plan(facts: list[Fact], load: Callable[[list[str]], list[HistoricalRecord]], label: str,
+         noise_pp: float = NOISE_PP, merged: dict[frozenset[str], Fact] | None = None) -> list[Planned]:
+    """The entries of a new library version from raw observations (merged records already expanded).
+
+    Only new merges are parsed (`load` reads their members): a singleton, a conflict and a
+    group whose members are exactly those of an earlier merge (`merged`: member hashes ->
+    that merge) are listed as they are stored, so a consolidation costs what changed."""
+    merged = merged or {}
+    unique = list({f.hash: f for f in facts}.values())
+    out = [Planned(f.hash, artefacts=f.artefacts) for f in sorted(unique, key=lambda f: f.hash)
+           if f.kind == "proposal"]
+    groups = _groups(unique)
     for key in sorted(groups):
         members = groups[key]
         if len(members) == 1:
-            out.append(Planned(members[0]))
-        elif contradicts(members, noise_pp):
-            out.extend(Planned(m, conflicted=True) for m in members)
+            out.append(Planned(members[0].hash, artefacts=members[0].artefacts))
+        elif contradicting([m.delta_point for m in members], noise_pp):
+            out.extend(Planned(m.hash, conflicted=True, artefacts=m.artefacts) for m in members)
+        elif (earlier := merged.get(frozenset(m.hash for m in members))) is not None:
+            out.append(Planned(earlier.hash, artefacts=earlier.artefacts))
         else:
-            out.append(Planned(merge(members, label), members=tuple(members)))
+            record = merge(load([m.hash for m in members]), label)
+            out.append(Planned(None, record, tuple(m.hash for m in members), artefacts=record.provenance.artefacts))
     return out
 
 
-def conflicted_hashes(records: list[HistoricalRecord | Proposal], noise_pp: float = NOISE_PP) -> set[str]:
+def conflicted_hashes(facts: list[Fact], noise_pp: float = NOISE_PP) -> set[str]:
     """Hashes of historical records whose card and context also carry contradicting evidence."""
-    groups: dict[Key, list[HistoricalRecord]] = defaultdict(list)
-    for r in records:
-        if isinstance(r, HistoricalRecord):
-            groups[evidence_key(r)].append(r)
-    return {content_hash(r) for g in groups.values() if contradicts(g, noise_pp) for r in g}
+    return {f.hash for g in _groups(facts).values() if contradicting([f.delta_point for f in g], noise_pp)
+            for f in g}

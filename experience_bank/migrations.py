@@ -13,6 +13,7 @@ from typing import Callable
 
 from sqlite_utils import Database
 
+from experience_bank import chains
 from experience_bank.errors import BadInput
 
 # Tables whose rows are frozen once written: the triggers below refuse UPDATE and DELETE.
@@ -20,12 +21,16 @@ FROZEN_TABLES = ("records", "replicates", "library_versions", "library_entries",
                  "decisions", "events", "staged")
 
 
+def _freeze_verb(db: Database, table: str, verb: str) -> None:
+    db.execute(
+        f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} rows are frozen: {verb} refused'); END"
+    )
+
+
 def _freeze(db: Database, table: str) -> None:
     for verb in ("UPDATE", "DELETE"):
-        db.execute(
-            f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
-            f"BEGIN SELECT RAISE(ABORT, '{table} rows are frozen: {verb} refused'); END"
-        )
+        _freeze_verb(db, table, verb)
 
 
 def m001_records(db: Database) -> None:
@@ -87,11 +92,83 @@ def m004_freeze(db: Database) -> None:
         _freeze(db, table)
 
 
+# INSERT OR REPLACE is a delete plus an insert, and the delete trigger does not fire without
+# recursive triggers: so every insert that meets an existing key is refused before it happens.
+# Where the bank re-inserts on purpose (a record, a decision or a replicate under its content
+# hash), the identical row is skipped and only a different one is refused.
+_KEYS = {
+    "records": ("hash = NEW.hash", "body IS NEW.body"),
+    "replicates": ("merged_hash = NEW.merged_hash AND member_hash = NEW.member_hash", "1"),
+    "decisions": ("episode_id = NEW.episode_id AND decision_hash = NEW.decision_hash", "body IS NEW.body"),
+    "library_versions": ("version = NEW.version OR episode_id = NEW.episode_id", None),
+    "library_entries": ("version = NEW.version AND record_hash = NEW.record_hash", None),
+    "episodes": ("episode_id = NEW.episode_id", None),
+    "events": ("episode_id = NEW.episode_id AND seq = NEW.seq", None),
+    "staged": ("episode_id = NEW.episode_id AND record_hash = NEW.record_hash", None),
+    "journal": ("episode_id = NEW.episode_id AND n = NEW.n", None),
+}
+
+
+def _refuse_conflicts(db: Database, table: str) -> None:
+    key, same = _KEYS[table]
+    refuse = f"SELECT RAISE(ABORT, '{table} rows are frozen: an INSERT over an existing key (REPLACE) refused')"
+    body = (f"{refuse}; " if same is None else
+            f"{refuse} WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE ({key}) AND {same}); SELECT RAISE(IGNORE); ")
+    db.execute(f"CREATE TRIGGER {table}_no_replace BEFORE INSERT ON {table} "
+               f"WHEN EXISTS (SELECT 1 FROM {table} WHERE {key}) BEGIN {body}END")
+
+
+def _backfill_library(db: Database) -> None:
+    prev = chains.LIBRARY_GENESIS
+    rows = db.execute("SELECT version, base_version, episode_id, note, created_at FROM library_versions "
+                      "ORDER BY version").fetchall()
+    for values in rows:
+        row = dict(zip(chains.VERSION_COLUMNS, values))
+        row["entries_hash"] = chains.stored_entries_digest(db, row["version"])
+        prev = chains.version_head(prev, row)
+        db.execute("UPDATE library_versions SET entries_hash = ?, head = ? WHERE version = ?",
+                   [row["entries_hash"], prev, row["version"]])
+
+
+_JOURNAL_ORDER = (("decision", "decisions", "decision_hash"), ("staged", "staged", "record_hash"),
+                  ("event", "events", "seq"))
+
+
+def _backfill_journal(db: Database) -> None:
+    """Journal every stored row of every episode in write order (a decision before its event)."""
+    for ep, finished in db.execute("SELECT episode_id, finished_at FROM episodes ORDER BY rowid").fetchall():
+        rows = []
+        for rank, (kind, table, key) in enumerate(_JOURNAL_ORDER):
+            rows += [(at, rank, rowid, kind, str(ref)) for rowid, at, ref in db.execute(
+                f"SELECT rowid, written_at, {key} FROM {table} WHERE episode_id = ?", [ep]).fetchall()]
+        for *_, kind, ref in sorted(rows):
+            chains.journal(db, ep, kind, ref)
+        if finished is not None:
+            chains.journal(db, ep, "finish", "finish")
+
+
+def m005_tamper_evidence(db: Database) -> None:
+    # Library versions commit to their entries and to each other; episodes get a journal.
+    db.execute("DROP TRIGGER library_versions_no_update")
+    db["library_versions"].add_column("entries_hash", str)
+    db["library_versions"].add_column("head", str)
+    db["journal"].create(
+        {"episode_id": str, "n": int, "kind": str, "ref": str, "row_hash": str, "prev_hash": str, "hash": str},
+        pk=("episode_id", "n"), not_null={"kind", "ref", "row_hash", "prev_hash", "hash"})
+    _backfill_library(db)
+    _backfill_journal(db)
+    _freeze_verb(db, "library_versions", "UPDATE")
+    _freeze(db, "journal")
+    for table in _KEYS:
+        _refuse_conflicts(db, table)
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[Database], None]], ...] = (
     ("m001_records", m001_records),
     ("m002_library", m002_library),
     ("m003_episodes", m003_episodes),
     ("m004_freeze", m004_freeze),
+    ("m005_tamper_evidence", m005_tamper_evidence),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -107,8 +184,18 @@ def check_not_newer(db: Database) -> None:
         raise BadInput(f"bank schema {found} is newer than this agent ({SCHEMA_VERSION}): upgrade the agent")
 
 
+def check_recorded(db: Database) -> None:
+    """BadInput when `user_version` disagrees with the migrations the bank records (a downgrade)."""
+    found = schema_version(db)
+    names = [n for (n,) in db.execute("SELECT name FROM _migrations ORDER BY rowid")] if db["_migrations"].exists() else []
+    if names != [n for n, _ in MIGRATIONS[:found]]:
+        raise BadInput(f"bank schema {found} (PRAGMA user_version) disagrees with the {len(names)} migrations it records: "
+                       f"the header was edited; set `PRAGMA user_version = {len(names)}` again or restore the bank")
+
+
 def pending(db: Database) -> list[tuple[str, Callable[[Database], None]]]:
     check_not_newer(db)
+    check_recorded(db)
     return list(MIGRATIONS[schema_version(db):])
 
 

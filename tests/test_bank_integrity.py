@@ -28,11 +28,14 @@ def _bank_with_history(path):
 
 
 def _tamper(path, sql):
-    # Raw sqlite with the triggers dropped: what someone with file access can do.
+    # Raw sqlite with the triggers dropped, then put back: what someone with file access can do.
     raw = sqlite3.connect(path)
-    for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+    triggers = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _ in triggers:
         raw.execute(f"DROP TRIGGER {name}")
     raw.execute(sql)
+    for _, trigger in triggers:
+        raw.execute(trigger)
     raw.commit()
     raw.close()
 

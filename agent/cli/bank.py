@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 
 from agent.inputs import check_bank_file, check_out_file, jsonl_lines
-from experience_bank.bank import Bank
-from experience_bank.hashing import canonical_json
+from experience_bank import heads
+from experience_bank.bank import Bank, damaged
+from experience_bank.files import write_atomic
 
 DEFAULT_BANK = "runs/bank.sqlite"
 
@@ -31,12 +33,12 @@ def bank_export(args) -> int:
     if args.out:
         check_out_file(args.out)
     with Bank.open(args.bank) as bank:
-        entries = bank.library_records(args.version)
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
-    for entry in entries:
-        out.write(canonical_json(entry.record) + "\n")
-    if args.out:
-        out.close()
+        if not args.out:
+            for line in bank.export_lines(args.version):
+                sys.stdout.write(line + "\n")
+            return 0
+        text = "".join(line + "\n" for line in bank.export_lines(args.version))
+    write_atomic(args.out, text)  # whole or not at all: a failed hash check leaves no partial file
     return 0
 
 
@@ -62,12 +64,25 @@ def bank_show(args) -> int:
 
 
 def bank_verify(args) -> int:
+    beside = heads.log_path(args.bank)
+    against = args.against or (str(beside) if beside.is_file() else None)
     with Bank.open(args.bank) as bank:
-        problems = bank.verify()
-    for line in problems:
+        report = bank.check(against, deep=args.deep)
+    for line in report.problems:
         print(line)
-    print("bank verified: clean" if not problems else f"TAMPERED: {len(problems)} problem(s)", file=sys.stderr)
-    return 1 if problems else 0
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    checked = f" against {against}" if against else ""
+    print(f"bank verified{checked}: clean" if not report.problems else f"TAMPERED: {len(report.problems)} problem(s)",
+          file=sys.stderr)
+    return 1 if report.problems else 0
+
+
+def bank_head(args) -> int:
+    with Bank.open(args.bank) as bank:
+        for line in bank.head_lines():
+            print(json.dumps(line, sort_keys=True))
+    return 0
 
 
 def bank_consolidate(args) -> int:
@@ -81,7 +96,10 @@ def _bank_checked(func):
     """An existing --bank must be an SQLite file before Bank opens (and would migrate) it."""
     def checked(args) -> int:
         check_bank_file(args.bank)
-        return func(args)
+        try:
+            return func(args)
+        except sqlite3.DatabaseError as exc:  # a damaged page met after opening: one line, not a traceback
+            raise damaged(args.bank, exc) from None
     return checked
 
 
@@ -94,7 +112,7 @@ def _command(group, name: str, func, example: str, help_text: str) -> argparse.A
 
 
 def register(sub) -> None:
-    """Add `agent bank init|import|export|list|show|verify|consolidate`."""
+    """Add `agent bank init|import|export|list|show|verify|head|consolidate`."""
     bank = sub.add_parser("bank", help="the experience bank: records, library versions, histories")
     group = bank.add_subparsers(dest="bank_command", required=True, metavar="BANK_COMMAND")
     _command(group, "init", bank_init, "agent bank init --bank runs/bank.sqlite", "create a bank (idempotent)")
@@ -107,7 +125,12 @@ def register(sub) -> None:
     p = _command(group, "list", bank_list, "agent bank list --version 1", "list a library version's records")
     p.add_argument("--version", type=int, default=None, help="library version (default: current)")
     _command(group, "show", bank_show, "agent bank show S03", "show records by card id or hash prefix").add_argument("id")
-    _command(group, "verify", bank_verify, "agent bank verify",
-             "recompute every hash and chain link; exit 1 naming the first broken row")
+    p = _command(group, "verify", bank_verify, "agent bank verify --against runs/bank.sqlite.heads",
+                 "recompute every hash and chain link; exit 1 naming the first broken row")
+    p.add_argument("--against", default=None,
+                   help="head log to check the history against (default: <bank>.heads when it exists)")
+    p.add_argument("--deep", action="store_true", help="also re-parse every body through its typed record")
+    _command(group, "head", bank_head, "agent bank head > heads-copy.jsonl",
+             "print the current head of the library chain and of every episode's journal")
     _command(group, "consolidate", bank_consolidate, "agent bank consolidate --episode E1",
              "build the next library version from a finished episode").add_argument("--episode", required=True)

@@ -1,0 +1,137 @@
+"""Library versions in the database: facts read by index, version inserts, consolidation's reads.
+
+Everything here runs inside the caller's write transaction (`Bank._write`). Nothing parses a
+record body that it does not need: facts (card, context hash, metric, effect, artefacts) come
+from indexed columns and one `json_extract` per row, so building a version over 1e6 records
+costs a pass over them, not a parse of each (see bench/bank_scale.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import TypeAdapter
+from sqlite_utils import Database
+
+from experience_bank import chains
+from experience_bank.consolidate import Fact, Planned
+from experience_bank.errors import BadInput
+from experience_bank.records import HistoricalRecord, Record
+
+# One json_extract with three paths parses the body once.
+FACT_COLUMNS = ("r.hash, r.kind, r.card_id, r.source_hash, "
+                "json_extract(r.body, '$.evidence.target_metric', '$.evidence.delta_point', '$.provenance.artefacts'), "
+                "CAST(r.body AS BLOB)")
+
+
+_STORED = TypeAdapter(Record)
+
+
+def parse_stored(body: str | bytes) -> Record:
+    """A body this bank wrote and has just hash-checked: strict pydantic validation without
+    the duplicate-key pre-scan, which canonical JSON cannot need (`verify --deep` re-runs it)."""
+    return _STORED.validate_json(body, strict=True)
+
+
+def load_records(db: Database, hashes: list[str]) -> list[HistoricalRecord]:
+    out = []
+    for h in hashes:
+        (body,) = db.execute("SELECT CAST(body AS BLOB) FROM records WHERE hash = ?", [h]).fetchone()
+        if hashlib.sha256(body).hexdigest() != h:
+            raise BadInput(f"record {h} fails its hash check: run `agent bank verify` before consolidating")
+        out.append(parse_stored(body))
+    return out
+
+
+def now() -> str:
+    """The bank's timestamp format (UTC, microseconds)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _fact(row: tuple, check: bool) -> Fact:
+    record_hash, kind, card_id, source_hash, extracted, body = row
+    if check and hashlib.sha256(body).hexdigest() != record_hash:
+        raise BadInput(f"record {record_hash} fails its hash check: run `agent bank verify` before consolidating")
+    metric, delta, artefacts = json.loads(extracted)
+    return Fact(record_hash, kind, card_id, source_hash, metric, delta, tuple(artefacts))
+
+
+def version_facts(db: Database, version: int, check: bool = False) -> list[Fact]:
+    rows = db.execute(f"SELECT {FACT_COLUMNS} FROM library_entries e JOIN records r ON r.hash = e.record_hash "
+                      "WHERE e.version = ? ORDER BY e.rowid", [version])
+    return [_fact(row, check) for row in rows]
+
+
+def stored_facts(db: Database, hashes: Iterable[str]) -> list[Fact]:
+    """Facts of stored records in the given order (BadInput names the first one absent)."""
+    out = []
+    for h in hashes:
+        row = db.execute(f"SELECT {FACT_COLUMNS} FROM records r WHERE r.hash = ?", [h]).fetchone()
+        if row is None:
+            raise BadInput(f"no record {h} in the bank: list hashes with `agent bank list`")
+        out.append(_fact(row, False))
+    return out
+
+
+def observations(db: Database, version: int, episode_id: str) -> tuple[list[Fact], dict[frozenset[str], Fact]]:
+    """Raw observations behind L(e) plus the episode's staged evidence, every body re-hashed,
+    and L(e)'s merges by their member hashes.
+
+    A merged entry is replaced by its members, so replicates are never double-counted."""
+    entries = version_facts(db, version, check=True)
+    staged = [_fact(row, True) for row in db.execute(
+        f"SELECT {FACT_COLUMNS} FROM staged s JOIN records r ON r.hash = s.record_hash "
+        "WHERE s.episode_id = ? ORDER BY s.rowid", [episode_id])]
+    members: dict[str, list[Fact]] = {}
+    for row in db.execute(f"SELECT p.merged_hash, {FACT_COLUMNS} FROM library_entries e "
+                          "JOIN replicates p ON p.merged_hash = e.record_hash JOIN records r ON r.hash = p.member_hash "
+                          "WHERE e.version = ?", [version]):
+        members.setdefault(row[0], []).append(_fact(row[1:], True))
+    out: list[Fact] = []
+    for f in entries:
+        out.extend(members.get(f.hash, [f]))
+    merges = {frozenset(m.hash for m in members[f.hash]): f for f in entries if f.hash in members}
+    return out + staged, merges
+
+
+def insert_version(db: Database, entries: list[tuple[str, bool, tuple[str, ...]]], note: str,
+                   base: int | None, episode_id: str | None) -> tuple[int, str]:
+    """Append a library version of (record hash, conflicted, missing) entries; return (version, head)."""
+    (latest,) = db.execute("SELECT max(version) FROM library_versions").fetchone()
+    version = 0 if latest is None else latest + 1
+    seen: set[str] = set()
+    rows = []
+    for h, conflicted, missing in entries:
+        if h not in seen:
+            seen.add(h)
+            rows.append((version, h, int(conflicted), json.dumps(list(missing))))
+    db.conn.executemany("INSERT INTO library_entries (version, record_hash, conflicted, missing) VALUES (?, ?, ?, ?)",
+                        rows)
+    head = chains.insert_version(db, {"version": version, "base_version": base, "episode_id": episode_id,
+                                      "note": note, "created_at": now()})
+    return version, head
+
+
+def store_merges(db: Database, planned: list[Planned], row_of) -> list[Planned]:
+    """Store each new merged record and its replicate members (idempotent); return the plan
+    with every hash filled in."""
+    out = []
+    for p in planned:
+        if p.record is not None:
+            row = row_of(p.record)
+            db.execute("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                       "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", row)
+            db.conn.executemany("INSERT OR IGNORE INTO replicates (merged_hash, member_hash) VALUES (?, ?)",
+                                [(row["hash"], m) for m in p.members])
+            p = Planned(row["hash"], p.record, p.members, p.conflicted, p.artefacts)
+        out.append(p)
+    return out
+
+
+def missing(base_dir: Path, artefacts: tuple[str, ...]) -> tuple[str, ...]:
+    """Provenance artefacts absent on disk now."""
+    return tuple(a for a in artefacts if not (base_dir / a).exists())
