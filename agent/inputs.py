@@ -12,6 +12,7 @@ so that opening it cannot turn a stray file into a fresh bank.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,24 @@ def check_bank_file(path: str | Path) -> None:
     if head != SQLITE_HEADER:
         what = "empty (0 bytes)" if not head else "not an SQLite database"
         raise BadInput(f"bank {path} is {what}: remove it, or give the path of a bank made by `agent bank init`")
+    if not Path(f"{file}-wal").exists():  # a bank in use by another process is checked by its own open
+        _quick_check(file)
+
+
+def _quick_check(file: Path) -> None:
+    """SQLite's own structural check, on a read-only, immutable connection (which leaves no
+    -wal/-shm files behind and takes no locks)."""
+    try:
+        conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            result = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        result = str(exc)
+    if result != "ok":
+        raise BadInput(f"bank {file} is damaged ({result}): inspect it with sqlite3 {file} \"PRAGMA integrity_check\" "
+                       "or restore a copy")
 
 
 def check_out_dir(path: str | Path, flag: str = "--out") -> None:

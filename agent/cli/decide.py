@@ -182,6 +182,8 @@ def _pct(x: float | None) -> str:
 
 def cmd_replay(args) -> int:
     from policies.replay import replay_retrospective, replay_run
+    if args.target != "retrospective-24" and Path(args.target, "decisions.jsonl").is_file():
+        _check_ledger_files(args.target)
     report = replay_retrospective() if args.target == "retrospective-24" else replay_run(args.target)
     if args.out:
         from policies.replay import write_report
