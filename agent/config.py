@@ -149,9 +149,11 @@ def read_yaml(path: str) -> dict[str, Any]:
         raise BadInput(f"config file {path} is not valid YAML{where}: fix the syntax") from None
     except BadInput:
         raise
-    except (RecursionError, ValueError) as exc:  # deep nesting; an integer past Python's digit limit
-        raise BadInput(f"config file {path} cannot be read ({type(exc).__name__}): use plain keys and values") \
-            from None
+    except RecursionError:
+        raise BadInput(f"config file {path} nests deeper than a config can: use flat keys and values") from None
+    except ValueError:  # e.g. an integer past Python's 4,300-digit conversion limit
+        raise BadInput(f"config file {path} holds a value that cannot be read (an integer of thousands of digits?):"
+                       " use plain values") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

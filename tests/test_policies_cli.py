@@ -22,3 +22,17 @@ def test_bad_row_exits_2(tmp_path):
     path = tmp_path / "f.jsonl"
     path.write_text('{"grade": "A"}\n')
     assert main(["authorize", "--features", str(path), "--json"]) == 2
+
+
+def test_row_errors_name_the_file_line_and_field(tmp_path, capsys):
+    good = dict(grade="A", delta_src=2.0, kappa=2.0, family=1, data=1, runtime=1, parent=1, protocol=0.5, H=0,
+                nu="continue", chi=1, is_new=False)
+    path = tmp_path / "f.jsonl"
+    for change, needle in [({"H": True}, "line 2: invalid features row: field H"),
+                           ({"is_new": 0}, "field is_new"), ({"conflicted": "yes"}, "field conflicted"),
+                           ({"conflicts": "stage"}, "field conflicts"), ({"grade": "D"}, "field grade"),
+                           ({"delta_src": None}, "needs grade, delta_src and kappa"), ({"chi": 0.5}, "field chi")]:
+        path.write_text(json.dumps(good) + "\n" + json.dumps(good | change) + "\n")
+        assert main(["authorize", "--features", str(path), "--json"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"features file {path}" in err[0] and needle in err[0], err

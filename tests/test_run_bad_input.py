@@ -61,3 +61,22 @@ def test_resume_of_unknown_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "--resume", "ep-none"]) == 2
     assert "no run to resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"not a bank", b"SQLite format 3\x00" + b"\x01" * 4000])
+def test_a_bank_that_is_not_a_bank_is_refused_untouched(tmp_path, monkeypatch, capsys, content):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.sqlite").write_bytes(content)
+    before = _listing(tmp_path)
+    assert main(["run", "--bank", "b.sqlite", "--out", "runs/ep-x", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bank b.sqlite is" in err[0]
+    assert (tmp_path / "b.sqlite").read_bytes() == content and _listing(tmp_path) == before
+
+
+def test_out_that_is_an_existing_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").write_text("x")
+    assert main(["run", "--out", "taken", "--bank", "b.sqlite", "--quiet"]) == 2
+    assert "--out taken is an existing file" in capsys.readouterr().err
+    assert _listing(tmp_path) == ["taken"]
