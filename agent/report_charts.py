@@ -106,6 +106,8 @@ def ifeval_chart(points: Sequence[dict[str, Any]], initial: dict[str, float], dr
                     textcoords="offset points", xytext=(3, 5), fontsize=7)
     ax.set(xlabel="decision (children that reached the gate; green promoted, red rolled back)",
            ylabel="accuracy (%)", title="IFEval guard over time")
-    _integer_x(ax)
+    if points:  # one tick per judged decision (at most the catalogue's size)
+        ax.set_xlim(min(p["seq"] for p in points) - 0.5, max(p["seq"] for p in points) + 0.5)
+        ax.set_xticks(sorted({p["seq"] for p in points}))
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     return _png(fig)

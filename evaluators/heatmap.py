@@ -19,12 +19,18 @@ Table = Mapping[str, Mapping[str, float | None]]
 CLIP_PCT = 25.0  # colour saturates here: past the catastrophic line (-20 %) every shade reads the same
 
 
+def _grouped(rows: list[str]) -> list[str]:
+    """Each group, then its sub-capabilities (`CAN`, `CAN/C1`, `CAN/C5a`, `WILL`, ...), groups in first-seen order."""
+    groups = list(dict.fromkeys(r.partition("/")[0] for r in rows))
+    return sorted(rows, key=lambda r: (groups.index(r.partition("/")[0]), "/" in r, r))
+
+
 def heatmap_data(table: Table, rows: Sequence[str] | None = None) -> dict:
     """The matrix as JSON: {"rows", "columns", "drift_pct": rows x columns}."""
     columns = list(table)
     if not columns:
         raise BadInput("the heat map needs at least one candidate or step column")
-    order = list(rows) if rows is not None else list(dict.fromkeys(r for c in columns for r in table[c]))
+    order = list(rows) if rows is not None else _grouped(list(dict.fromkeys(r for c in columns for r in table[c])))
     matrix = [[table[c].get(r) for c in columns] for r in order]
     bad = [v for line in matrix for v in line if v is not None and not math.isfinite(v)]
     if bad:
@@ -83,7 +89,9 @@ def heatmap_figure(data: dict, title: str):
     img = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto",
                     norm=TwoSlopeNorm(vcenter=0.0, vmin=-CLIP_PCT, vmax=CLIP_PCT))
     for (i, j), v in np.ndenumerate(values):
-        ax.text(j, i, "n/a" if np.isnan(v) else f"{v:+.1f}", ha="center", va="center", fontsize=8)
+        dark = not np.isnan(v) and abs(v) > 0.6 * CLIP_PCT  # white text on the saturated ends
+        ax.text(j, i, "n/a" if np.isnan(v) else f"{v:+.1f}", ha="center", va="center", fontsize=8,
+                color="white" if dark else "black")
     ax.set_xticks(range(n_cols), data["columns"], rotation=30, ha="right")
     ax.set_yticks(range(n_rows), [row_label(r) for r in data["rows"]])
     fig.suptitle("\n".join(textwrap.wrap(title, width=int(width * 9))), fontsize=11)
