@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.inputs import read_json
 from agent.state import Entry
 from agent.world.catalogue import Needs
 from experience_bank.files import write_atomic
@@ -230,8 +231,15 @@ def load_proposals(run_dir: Path) -> list[Entry]:
     path = Path(run_dir) / "proposals.json"
     if not path.exists():
         return []
-    rows = json.loads(path.read_text(encoding="utf-8"))
-    return [Entry(r["hash"], parse_record(r["record"])) for r in rows if r["status"] == "accepted"]
+    rows = read_json(path, "proposals file")
+    try:
+        accepted = [r for r in rows if r["status"] == "accepted"]
+        entries = [Entry(r["hash"], parse_record(r["record"])) for r in accepted]
+    except (TypeError, KeyError, BadInput) as exc:
+        raise BadInput(f"proposals file {path} is damaged ({exc}): restore it, or start a new run") from None
+    if any(e.hash != content_hash(e.record) for e in entries):
+        raise BadInput(f"proposals file {path} holds a record that does not match its hash: restore it")
+    return entries
 
 
 def load_or_propose(run_dir: Path, produce: Callable[[], list[dict[str, Any]]]) -> list[Entry]:

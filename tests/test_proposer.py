@@ -266,3 +266,27 @@ def test_a_hostile_reply_is_recorded_and_the_episode_goes_on(server, tmp_path, m
     assert len(rows) == 1 and rows[0]["status"] == "rejected" and rows[0]["reason"]
     assert sorted(e.candidate_id for e in events) == sorted(library)
     assert final["stop_reason"] == "candidates_exhausted" and final["proposals_authorized"] == 0
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[", "not valid JSON"), ('{"a": 1}', "damaged"), ('[{"status": "accepted"}]', "damaged"),
+    ('[{"status": "accepted", "hash": "x", "record": "{}"}]', "damaged"), ("[" * 5000, "nested"),
+])
+def test_a_damaged_proposals_file_is_one_line(tmp_path, text, needle):
+    from agent.proposer import load_proposals
+    from experience_bank.errors import BadInput
+
+    (tmp_path / "proposals.json").write_text(text)
+    with pytest.raises(BadInput, match=needle):
+        load_proposals(tmp_path)
+
+
+def test_a_proposal_edited_after_acceptance_is_refused(server, tmp_path):
+    from agent.proposer import load_proposals
+    from experience_bank.errors import BadInput
+
+    rows = _ports(server, "valid").propose([])
+    rows[0]["record"] = rows[0]["record"].replace("card P-llm-1", "card P-llm-X")
+    (tmp_path / "proposals.json").write_text(json.dumps(rows))
+    with pytest.raises(BadInput, match="does not match its hash"):
+        load_proposals(tmp_path)
