@@ -10,6 +10,7 @@ serializer (no pickle fallback, no msgpack object revival; reliability §A4), so
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -23,6 +24,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import RunConfig
 from agent.graph import build_graph
+from agent.manifest import Manifest
+from agent.rundir import RunDir
 from agent.state import Ctx, Entry
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json
@@ -59,39 +62,15 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
 # --- the composition ---------------------------------------------------------------------
 
 
-class LedgerAdapter:
-    """trainers.ledger.Ledger behind the nodes' (episode, key, hours, seconds, what) call."""
-
-    def __init__(self, path: Path):
-        from trainers.ledger import Ledger
-
-        self.ledger = Ledger(str(path))
-
-    def charge(self, episode_id: str, key: str, device_hours: float, wall_seconds: float, what: str) -> dict:
-        kind = key.split(":")[0] if key.startswith("eval:") else key.rsplit(":", 1)[-1]
-        return self.ledger.charge(episode_id, key, kind=kind, device_hours=device_hours, wall_seconds=wall_seconds,
-                                  detail=what)
-
-    def spent(self, episode_id: str) -> float:
-        return self.ledger.spent(episode_id)
-
-    def charges(self, episode_id: str) -> list[dict]:
-        return self.ledger.charges(episode_id)
-
-
 class RunAudit:
     """runs/ID/decisions.jsonl (policies/audit.py's hash-chained ledger, with the frozen inputs)
-    and outcomes.jsonl (its OutcomeCells): one line per decision / outcome, written once (a re-run
-    of a node finds its line by decision hash and writes nothing)."""
+    and outcomes.jsonl (its OutcomeCells, the one cell format): one line per decision / outcome,
+    written once (a re-run of a node finds its line by decision hash and writes nothing)."""
 
-    def __init__(self, run_dir: Path, policy_config, min_gain_pp: float, ifeval_drop_pp: float):
-        self.run_dir, self.policy_config = run_dir, policy_config
-        self.min_gain_pp, self.ifeval_drop_pp = min_gain_pp, ifeval_drop_pp
+    def __init__(self, rundir: RunDir, manifest: Manifest):
+        self.rundir, self.manifest = rundir, manifest
 
-    def _has(self, name: str, decision_hash: str) -> bool:
-        import json
-
-        path = self.run_dir / name
+    def _has(self, path: Path, decision_hash: str) -> bool:
         if not path.exists():
             return False
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -100,46 +79,56 @@ class RunAudit:
                 return True
         return False
 
-    def decision(self, decision, record, context, episode: dict[str, int]) -> None:
-        from policies import EpisodeState
+    def decision(self, decision, record, context, episode) -> None:
         from policies.audit import write_ledger_entry
 
-        if self._has("decisions.jsonl", decision.decision_hash):
+        if self._has(self.rundir.decisions_file, decision.decision_hash):
             return
-        state = EpisodeState(new_proposals_used=episode["proposals_authorized"], leases_used=episode["leases_used"])
-        write_ledger_entry(self.run_dir / "decisions.jsonl", episode_id=self.run_dir.name, decision=decision,
-                           config=self.policy_config, state=state, record=record, context=context)
+        write_ledger_entry(self.rundir.decisions_file, episode_id=self.rundir.episode_id, decision=decision,
+                           config=self.manifest.policy.config, state=episode, record=record, context=context)
 
-    def outcome(self, event, trial_verdict: str | None) -> None:
-        from policies.audit import OutcomeCell, write_outcome
+    def outcome(self, event, card) -> None:
+        from policies.audit import write_outcome
 
-        if event.outcome in ("rejected", "not_started") or self._has("outcomes.jsonl", event.decision.decision_hash):
-            return  # nothing was observed: the cell stays undetermined, never guessed
-        gain = next((v for k, v in event.metrics.items() if k.startswith("gain.")), None)
-        if gain is not None:
-            cls = "beneficial" if event.outcome == "promoted" else ("harmful" if gain <= -self.min_gain_pp else "neutral")
-        else:
-            cls = "harmful" if event.metrics.get("trial.delta_val", 0.0) <= -self.min_gain_pp else "neutral"
-        write_outcome(self.run_dir / "outcomes.jsonl", OutcomeCell(
-            candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
-            trial_verdict=trial_verdict if trial_verdict in ("pass", "fail", "inconclusive") else None,
-            trial_delta=event.metrics.get("trial.delta_val"), full={"target": gain} if gain is not None else {},
-            full_device_hours=event.cost_device_hours))
+        if event.action == "reject" or self._has(self.rundir.outcomes_file, event.decision.decision_hash):
+            return  # a rejection ran nothing: its cell stays undetermined, never guessed
+        write_outcome(self.rundir.outcomes_file, outcome_cell(event, card, self.manifest))
 
 
-def _run_dir(cfg: RunConfig, resume: str | None) -> Path:
+def outcome_cell(event, card, manifest: Manifest):
+    """The OutcomeCell of one event that ran: trial verdict and delta, full-run effects, and the
+    outcome class (policies.outcomes) where a full run was judged by the gate."""
+    from policies.audit import OutcomeCell
+    from policies.outcomes import outcome_class
+
+    g, family = manifest.gate, card.family
+    full, cls = {}, None
+    if event.target_gain is not None and set(event.retention) >= {g.ifeval_prompt_metric, g.ifeval_instruction_metric}:
+        full = {"target": event.target_gain, "ifeval_p": event.retention[g.ifeval_prompt_metric],
+                "ifeval_i": event.retention[g.ifeval_instruction_metric]}
+        cls = outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=g.min_gain_pp[family],
+                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.reason == "gate: hard_failures")
+    fraction = f"{manifest.trial.fraction:.2f}"
+    short = {fraction: event.trial_delta} if event.trial_delta is not None and fraction in ("0.05", "0.10", "0.20") else {}
+    return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
+                       family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
+                       short=short, full=full, full_device_hours=event.cost_device_hours)
+
+
+def _run_dir(cfg: RunConfig, resume: str | None) -> RunDir:
     if resume:
         path = Path(resume)
         path = path if path.is_dir() or "/" in resume else Path("runs") / resume
-        if not (path / "manifest.json").is_file():
-            raise BadInput(f"no run to resume at {path}: pass a run id under runs/ or a run directory")
-        return path
+        if not RunDir(path).started():
+            raise BadInput(f"no run to resume at {path}: pass a run id under runs/ or a run directory (a run killed "
+                           "before its manifest was written has nothing to resume: run the original command again)")
+        return RunDir(path)
     out = Path(cfg.out) if cfg.out else Path("runs") / time.strftime("ep-%Y%m%d-%H%M%S")
-    if (out / "manifest.json").exists():
+    if RunDir(out).started():
         raise BadInput(f"{out} already holds a run: resume it with --resume {out} or choose another --out")
     if not IDENT.match(out.name):
         raise BadInput(f"run directory name {out.name!r} is not a valid episode id: use letters, digits, . _ - only")
-    return out
+    return RunDir(out)
 
 
 def check_inputs(cfg: RunConfig) -> float:
@@ -172,12 +161,10 @@ def check_inputs(cfg: RunConfig) -> float:
 
 def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[str, Any]:
     """Run (or resume) one episode; return its final state."""
-    from agent import manifest as mf
-
     if resume:
         run_dir = _run_dir(cfg, resume)
-        manifest = mf.load(run_dir)
-        cfg = RunConfig(**manifest["config"]) if not cfg.quiet else RunConfig(**(manifest["config"] | {"quiet": True}))
+        manifest = run_dir.manifest()
+        cfg = RunConfig(**(manifest.config | ({"quiet": True} if cfg.quiet else {})))
     else:
         budget_h = check_inputs(cfg)
         run_dir = _run_dir(cfg, None)
@@ -186,15 +173,15 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
         if not resume:
             manifest = _freeze_new(cfg, budget_h, run_dir, world, bank)
         ctx = _context(cfg, run_dir, manifest, world, bank, say)
-        bank.start_episode(ctx.episode_id, manifest["manifest_hash"], manifest["library_version"])
-        initial = {"episode_id": ctx.episode_id, "manifest_hash": manifest["manifest_hash"], "cursor": 0, "seq": 0,
-                   "stage": 0, "parent_dir": manifest["initial"]["dir"], "parent_sha": manifest["initial"]["sha256"],
+        bank.start_episode(ctx.episode_id, manifest.manifest_hash, manifest.library_version)
+        initial = {"episode_id": ctx.episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0,
+                   "stage": 0, "parent_dir": manifest.initial.dir, "parent_sha": manifest.initial.sha256,
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
                    "stop_reason": ""}
         from agent.tracking import tracked  # the MLflow view (a tracker that is down warns once)
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
-            return drive(ctx, initial, run_dir / "checkpoints.sqlite")
+            return drive(ctx, initial, run_dir.checkpoints_file)
     finally:
         bank.close()
 
@@ -222,23 +209,24 @@ def _allowlist(world, bank):
     return Allowlist(datasets=dict(world.datasets), taken_ids=frozenset(e.record.card.id for e in bank.library_records()))
 
 
-def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: Path, world, bank) -> dict[str, Any]:
-    from agent import manifest as mf
+def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -> Manifest:
+    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
     from agent.promotion import init_parent
 
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
-    evaluators = {"suites": list(WORLD_SUITES()), "eval_protocol": world.eval_protocol, "backend": cfg.backend,
-                  "n": cfg.eval_n, "batch_size": cfg.eval_batch_size, "seed": cfg.seed}
-    manifest = mf.build_manifest(
-        episode_id=run_dir.name, config=cfg.model_dump(mode="json"), budget_h=budget_h, base_dir=world.base_dir,
-        base_sha=world.model.sha256, world={"size": world.size, "recipe_sha256": world.recipe_sha256,
-                                            "chat_template_sha256": world.chat_template_sha256},
+    evaluators = Evaluators(suites=tuple(WORLD_SUITES()), eval_protocol=world.eval_protocol, backend=cfg.backend,
+                            n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed)
+    manifest = build_manifest(
+        episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
+        initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
+        world=WorldId(size=world.size, recipe_sha256=world.recipe_sha256,
+                      chat_template_sha256=world.chat_template_sha256),
         library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
         allowlist=_allowlist(world, bank).manifest())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    mf.freeze(run_dir, manifest)
-    init_parent(run_dir, world.base_dir, world.model.sha256)
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    run_dir.freeze(manifest)
+    init_parent(run_dir.path, world.base_dir, world.model.sha256)
     return manifest
 
 
@@ -248,16 +236,16 @@ def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world m
     return SUITES
 
 
-def _context(cfg: RunConfig, run_dir: Path, manifest: dict, world, bank, say) -> Ctx:
+def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:
     from agent.nodes_ports import WorldPorts
     from agent.proposer import load_proposals
+    from trainers.ledger import Ledger
 
-    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest["library_version"])}
-    entries |= {e.hash: e for e in load_proposals(run_dir)}
-    ports = WorldPorts(world, cfg, _allowlist(world, bank))
-    return Ctx(run_dir=run_dir, episode_id=run_dir.name, manifest=manifest, entries=entries, ports=ports, bank=bank,
-               ledger=LedgerAdapter(run_dir / "ledger.sqlite"),
-               audit=RunAudit(run_dir, ports.policy_config, cfg.gate_min_gain_pp, cfg.gate_ifeval_drop_pp))
+    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
+    entries |= {e.hash: e for e in load_proposals(run_dir.path)}
+    ports = WorldPorts(world, cfg, _allowlist(world, bank), manifest)
+    return Ctx(rundir=run_dir, episode_id=run_dir.episode_id, manifest=manifest, entries=entries, ports=ports,
+               bank=bank, ledger=Ledger(str(run_dir.ledger_file)), audit=RunAudit(run_dir, manifest))
 
 
 @contextmanager
@@ -266,7 +254,7 @@ def _display(cfg: RunConfig, ctx: Ctx, say):
     not a terminal, gets log lines."""
     from agent.progress import live_display
 
-    budget = ctx.manifest["budget_device_hours"]
+    budget = ctx.manifest.budget_device_hours
     seen: dict[str, Any] = {"node": "", "candidate": "", "verdict": "", "spent": 0.0}
 
     def line() -> str:

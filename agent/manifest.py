@@ -2,75 +2,201 @@
 the first node runs (reliability §A2: hash the inputs and commit them before launching).
 
 Nothing in it changes during the episode; a resumed episode reads it back from
-`runs/ID/manifest.json`, checks its hash and uses its config, not the new command line's.
+`runs/ID/manifest.json` (agent/rundir.py knows where), checks its hash and uses its config,
+not the new command line's. It is a typed record: nodes read `manifest.cost.mode`, never
+`manifest["cost"]["mode"]`, so a renamed key is an error where it is read, not a KeyError
+somewhere later.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from experience_bank.files import write_atomic
+from pydantic import Field
+
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
+from experience_bank.records import Frozen, Ident, Sha256, parse_model
+from policies.authorize import LEASE_READING, PolicyConfig
+from policies.gate import GateConfig, uniform_gate_config
 
-MANIFEST = "manifest.json"
+
+class ModelAt(Frozen):
+    """A model folder and the sha256 of its weights."""
+
+    dir: str
+    """Local HF folder."""
+    sha256: Sha256
+    """Weights hash."""
 
 
-def build_manifest(*, episode_id: str, config: dict[str, Any], budget_h: float, base_dir: str, base_sha: str,
-                   world: dict[str, Any], library_version: int, candidate_hashes: list[str],
-                   evaluators: dict[str, Any], datasets: dict[str, str], allowlist: dict[str, Any]) -> dict[str, Any]:
-    """The manifest body; `manifest_hash` is the content hash of everything else in it."""
+class WorldId(Frozen):
+    """Which world the episode runs on."""
+
+    size: str
+    """Embedded world size (test, default, smol)."""
+    recipe_sha256: Sha256
+    """Hash of the world's recipe (the cache key)."""
+    chat_template_sha256: Sha256
+    """Hash of the chat template every model of the world uses."""
+
+
+class PolicyInfo(Frozen):
+    """The authorization policy, frozen with every number it routes by."""
+
+    name: Ident
+    """Policy name (policies.POLICIES)."""
+    config: PolicyConfig
+    """Thresholds, discounts, quota q and the fallback lease."""
+    fallback_lease_reading: str = LEASE_READING
+    """What the fallback lease means here: the project's interpretation of BCIT.md §5."""
+
+
+class TrialInfo(Frozen):
+    """The bounded validation trial (BCIT.md §5)."""
+
+    fraction: Annotated[float, Field(gt=0.0, le=0.2)]
+    """b_val as a share of the card's nominal steps."""
+    min_gain_pp: float
+    """Pass needs Delta_val at least this."""
+    fail_drop_pp: float
+    """Fail when the target drops this much."""
+
+
+class Evaluators(Frozen):
+    """How every model of the episode is scored."""
+
+    suites: tuple[str, ...]
+    """Suites evaluated on every split."""
+    eval_protocol: str
+    """The world's evaluation protocol id."""
+    backend: Literal["transformers", "vllm"]
+    """Generation backend."""
+    n: Annotated[int, Field(ge=1)]
+    """Items per suite and split."""
+    batch_size: Annotated[int, Field(ge=1)]
+    """Generation batch size."""
+    seed: Annotated[int, Field(ge=0)]
+    """Run seed (items always come from the world's seed)."""
+
+
+class Cost(Frozen):
+    """The cost model every charge is computed under (trainers/ledger.py)."""
+
+    mode: Literal["nominal", "measured"]
+    """nominal: declared device-hours; measured: wall-clock x devices."""
+    devices: Annotated[int, Field(ge=1)]
+    """Devices a run occupies."""
+    eval_device_hours: Annotated[float, Field(ge=0.0)]
+    """Nominal device-hours of evaluating one model on one split."""
+
+
+class Stop(Frozen):
+    """Stop rules besides the budget."""
+
+    max_consecutive_rejections: Annotated[int, Field(ge=1)]
+    """Stop after this many rejections in a row."""
+    max_candidates: Annotated[int, Field(ge=1)] | None
+    """Stop after deciding this many candidates (None = all)."""
+
+
+class Proposer(Frozen):
+    """Where LLM proposals come from, and what they may name."""
+
+    kind: Literal["catalogue", "openai"]
+    """catalogue only, or catalogue plus an OpenAI-compatible LLM."""
+    base_url: str | None
+    """Endpoint (openai)."""
+    model: str | None
+    """Model name at that endpoint (openai)."""
+    allowlist: dict[str, Any]
+    """Datasets, runtimes and ids a proposal may use."""
+
+
+class Manifest(Frozen):
+    """Everything an episode's outcome may depend on."""
+
+    episode_id: Ident
+    """Episode id (= the run directory's name)."""
+    config: dict[str, Any]
+    """The whole RunConfig as given (for resume)."""
+    budget_device_hours: Annotated[float, Field(gt=0.0)]
+    """The episode budget."""
+    initial: ModelAt
+    """The initial (out-of-the-box) parent the guards compare against."""
+    world: WorldId
+    """The world."""
+    library_version: Annotated[int, Field(ge=0)]
+    """The frozen library version the candidates come from."""
+    candidates_sha256: Sha256
+    """Hash of the candidate record hashes, in decision order."""
+    n_candidates: Annotated[int, Field(ge=0)]
+    """How many library candidates."""
+    policy: PolicyInfo
+    """The policy and its numbers."""
+    trial: TrialInfo
+    """The validation trial's fraction and thresholds."""
+    gate: GateConfig
+    """The shared adoption rule g (policies/gate.py owns it)."""
+    evaluators: Evaluators
+    """How models are scored."""
+    data_roles: dict[str, Sha256]
+    """Every dataset id of the world -> content hash."""
+    cost: Cost
+    """The cost model."""
+    stop: Stop
+    """Stop rules."""
+    torch_threads: Annotated[int, Field(ge=1)]
+    """torch threads of training and generation."""
+    launcher: Literal["local", "accelerate"]
+    """Training launcher."""
+    proposer: Proposer
+    """LLM proposals."""
+    manifest_hash: Sha256
+    """Content hash of every other field."""
+
+
+def build_manifest(*, episode_id: str, config: dict[str, Any], budget_h: float, initial: ModelAt, world: WorldId,
+                   library_version: int, candidate_hashes: list[str], evaluators: Evaluators,
+                   datasets: dict[str, str], allowlist: dict[str, Any]) -> Manifest:
+    """The manifest of a new episode from its RunConfig values; `manifest_hash` over the rest."""
+    c = config
     body = {
-        "episode_id": episode_id,
-        "config": config,
-        "budget_device_hours": budget_h,
-        "initial": {"dir": base_dir, "sha256": base_sha},
-        "world": world,
-        "seeds": {"run": config["seed"]},
-        "library_version": library_version,
-        "candidates_sha256": content_hash(candidate_hashes),
+        "episode_id": episode_id, "config": c, "budget_device_hours": budget_h,
+        "initial": initial.model_dump(mode="json"), "world": world.model_dump(mode="json"),
+        "library_version": library_version, "candidates_sha256": content_hash(candidate_hashes),
         "n_candidates": len(candidate_hashes),
-        "thresholds": {k: config[k] for k in ("tau_l", "tau_h", "fallback_lease", "max_proposals", "trial_fraction",
-                                              "trial_min_gain_pp", "trial_fail_drop_pp")},
-        "gate": {"ifeval_max_drop_pp": config["gate_ifeval_drop_pp"], "min_gain_pp": config["gate_min_gain_pp"],
-                 "kappa_pp": config["gate_kappa_pp"], "alpha": config["gate_alpha"]},
-        "evaluators": evaluators,
-        "data_roles": datasets,
-        "resources": {"devices": config["devices"], "torch_threads": config["torch_threads"],
-                      "launcher": config["launcher"], "backend": config["backend"]},
-        "cost": {"mode": config["cost_mode"], "devices": config["devices"],
-                 "eval_device_hours": config["eval_device_hours"]},
-        "stop": {"budget_device_hours": budget_h, "max_consecutive_rejections": config["max_consecutive_rejections"],
-                 "max_candidates": config["max_candidates"]},
-        "trial_fraction": config["trial_fraction"],
-        "fallback_lease": config["fallback_lease"],
-        "proposer": {"kind": config["proposer"], "base_url": config["base_url"], "model": config["model"],
-                     "allowlist": allowlist},
+        "policy": {"name": c["policy"], "config": policy_config(c).model_dump(mode="json"),
+                   "fallback_lease_reading": LEASE_READING},
+        "trial": {"fraction": c["trial_fraction"], "min_gain_pp": c["trial_min_gain_pp"],
+                  "fail_drop_pp": c["trial_fail_drop_pp"]},
+        "gate": uniform_gate_config(ifeval_max_drop_pp=c["gate_ifeval_drop_pp"], min_gain_pp=c["gate_min_gain_pp"],
+                                   kappa_pp=c["gate_kappa_pp"], alpha=c["gate_alpha"]).model_dump(mode="json"),
+        "evaluators": evaluators.model_dump(mode="json"), "data_roles": datasets,
+        "cost": {"mode": c["cost_mode"], "devices": c["devices"], "eval_device_hours": c["eval_device_hours"]},
+        "stop": {"max_consecutive_rejections": c["max_consecutive_rejections"], "max_candidates": c["max_candidates"]},
+        "torch_threads": c["torch_threads"], "launcher": c["launcher"],
+        "proposer": {"kind": c["proposer"], "base_url": c["base_url"], "model": c["model"], "allowlist": allowlist},
     }
-    return body | {"manifest_hash": content_hash(body)}
+    draft = parse_model(Manifest, canonical_json(body | {"manifest_hash": "0" * 64}), "manifest")
+    return draft.model_copy(update={"manifest_hash": _hash(draft)})
 
 
-def freeze(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write the manifest once (atomically); a second write must be byte-identical."""
-    path = run_dir / MANIFEST
-    text = canonical_json(manifest)
-    if path.exists():
-        if path.read_text(encoding="utf-8") != text:
-            raise BadInput(f"{path} already holds another manifest: use a new --out directory or --resume it")
-        return
-    write_atomic(path, text)
+def _hash(manifest: Manifest) -> str:
+    # Over the typed record's own dump, so that parsing and hashing can never disagree on a
+    # number's spelling (36 vs 36.0).
+    return content_hash(manifest.model_dump(mode="json", exclude={"manifest_hash"}))
 
 
-def load(run_dir: Path) -> dict[str, Any]:
-    """A frozen manifest, its hash checked."""
-    path = run_dir / MANIFEST
-    if not path.is_file():
-        raise BadInput(f"{run_dir} has no {MANIFEST}: it is not a run directory; start it with agent run --out")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    body = {k: v for k, v in manifest.items() if k != "manifest_hash"}
-    if content_hash(body) != manifest.get("manifest_hash"):
-        raise BadInput(f"{path} does not match its manifest_hash: it was edited; restore it or start a new run")
+def policy_config(config: dict[str, Any]) -> PolicyConfig:
+    """The policy's frozen numbers from a RunConfig dump."""
+    return PolicyConfig(tau_l=config["tau_l"], tau_h=config["tau_h"], quota=config["max_proposals"],
+                        fallback_lease=config["fallback_lease"])
+
+
+def parse_manifest(text: str, where: str = "manifest") -> Manifest:
+    """A Manifest from its JSON text, its hash checked; BadInput names what is wrong."""
+    manifest = parse_model(Manifest, text, where)
+    if _hash(manifest) != manifest.manifest_hash:
+        raise BadInput(f"{where} does not match its manifest_hash: it was edited; restore it or start a new run")
     return manifest

@@ -2,96 +2,84 @@
 
 Every node may run twice: LangGraph resumes a crashed episode at the start of the node that
 was running. So a node that has an effect keys it by (episode, decision hash):
-- results (decision, trial, full run, evaluations, verdict) are written atomically under
-  `runs/ID/steps/<decision hash>/` and read back on a re-run instead of being recomputed;
+- results (decision, trial, full run, evaluations, verdict) are written atomically where
+  agent/rundir.py says and read back on a re-run instead of being recomputed;
 - ledger charges carry the key `<decision hash>:<role>` and the ledger ignores a key it has;
 - the bank freezes a decision once per hash and an event once per (episode, seq);
 - the trainer is idempotent on its run key `<episode>:<decision hash>:<role>`.
+
+The rules are not here: routing, the quota and the lease are policies' (`authorize`,
+`next_state`, `after_trial`), budget arithmetic is the ledger's (trainers/ledger.py), a
+trial's measurement and verdict are trainers.trial's, the adoption rule is policies.gate's.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel
 
+from experience_bank.families import target_metric
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import CandidateCard, Decision, Event, parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
+from policies import EpisodeState, after_trial, authorize as route, next_state
+from trainers.steps import TrialRefused
+from trainers.trial import measurement
 from agent.state import Ctx, State
 
 # --- keyed results ---------------------------------------------------------------------
 
 
-def once(path: Path, compute: Callable[[], Any], load: Callable[[str], Any]) -> Any:
-    """The result stored at `path`, or compute it and store it (atomically) first."""
+def once(path: Path, compute: Callable[[], Any], cls: type) -> Any:
+    """The record stored at `path`, or compute it and store it (atomically) first."""
     if path.exists():
-        return load(path.read_text(encoding="utf-8"))
+        return parse_model(cls, path.read_text(encoding="utf-8"), str(path))
     value = compute()
-    plain = {k: v.model_dump(mode="json") for k, v in value.items()} if isinstance(value, dict) else value
-    write_atomic(path, canonical_json(plain))
+    write_atomic(path, canonical_json(value.model_dump(mode="json")))
     return value
-
-
-def _model_loader(cls: type[BaseModel]) -> Callable[[str], Any]:
-    return lambda text: parse_model(cls, text)
-
-
-def _suites_loader(text: str) -> dict[str, SuiteResult]:
-    return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
-
-
-def _budget_h(ctx: Ctx) -> float:
-    return float(ctx.manifest["budget_device_hours"])
-
-
-def _charge(ctx: Ctx, key: str, nominal_h: float, wall_s: float, what: str) -> float:
-    """Charge the ledger once per key; return the device-hours of this charge."""
-    hours = _hours(ctx, nominal_h, wall_s)
-    ctx.ledger.charge(ctx.episode_id, key, hours, wall_s, what)
-    return hours
-
-
-def _fits(ctx: Ctx, estimate_h: float) -> bool:
-    """A run is started only if its estimated cost fits in what is left."""
-    return ctx.ledger.spent(ctx.episode_id) + estimate_h <= _budget_h(ctx) + 1e-9
 
 
 def _card(ctx: Ctx, state: State) -> CandidateCard:
     return ctx.entries[state["record_hash"]].record.card
 
 
-def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str) -> dict[str, SuiteResult]:
-    """Evaluate a model on a split once per episode (cached and charged under its hash)."""
-    out = ctx.run_dir / "evals" / f"{model_sha[:16]}-{split}"
-
-    def timed() -> dict[str, SuiteResult]:
-        start = time.monotonic()
-        results = ctx.ports.evaluate(model_dir, split, str(out))
-        write_atomic(out / "wall.json", json.dumps({"wall_seconds": round(time.monotonic() - start, 3)}))
-        return results
-
-    results = once(out / "results.json", timed, _suites_loader)
-    wall = json.loads((out / "wall.json").read_text())["wall_seconds"]
-    _charge(ctx, f"eval:{model_sha}:{split}", ctx.manifest["cost"]["eval_device_hours"], wall,
-            f"evaluate {model_sha[:12]} on {split}")
-    return results
+def _episode_state(state: State) -> EpisodeState:
+    return EpisodeState(new_proposals_used=state.get("proposals_authorized", 0), leases_used=state.get("leases_used", 0))
 
 
-def _eval_estimate(ctx: Ctx, shas: list[str], split: str) -> float:
-    """Device-hours still to pay for evaluating these models on a split."""
-    todo = [s for s in set(shas) if not (ctx.run_dir / "evals" / f"{s[:16]}-{split}" / "results.json").exists()]
-    return len(todo) * ctx.manifest["cost"]["eval_device_hours"]
+def _budget(ctx: Ctx) -> float:
+    return ctx.manifest.budget_device_hours
 
 
 def _spent(ctx: Ctx) -> float:
     return round(ctx.ledger.spent(ctx.episode_id), 9)
+
+
+def _fits(ctx: Ctx, estimate_h: float) -> bool:
+    return ctx.ledger.can_afford(ctx.episode_id, _budget(ctx), estimate_h)
+
+
+def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str) -> dict[str, SuiteResult]:
+    """Evaluate a model on a split once per episode (stored and charged under its hash)."""
+    rd = ctx.rundir
+    if not rd.has_evaluation(model_sha, split):
+        start = time.monotonic()
+        results = ctx.ports.evaluate(model_dir, split, str(rd.eval_dir(model_sha, split)))
+        rd.write_evaluation(model_sha, split, results, time.monotonic() - start)
+    wall = rd.eval_wall(model_sha, split)
+    ctx.ledger.charge(ctx.episode_id, f"eval:{model_sha}:{split}", kind="eval", device_hours=ctx.cost.eval_charge(1, wall),
+                      wall_seconds=wall, devices=ctx.cost.devices, detail=f"evaluate {model_sha[:12]} on {split}")
+    return rd.evaluation(model_sha, split)
+
+
+def _evals_to_pay(ctx: Ctx, shas: list[str], split: str) -> float:
+    """Device-hours still to pay for evaluating these models on a split (stored ones are paid)."""
+    return ctx.cost.estimate_eval(sum(not ctx.rundir.has_evaluation(s, split) for s in set(shas)))
 
 
 # --- propose, filter, select -------------------------------------------------------------
@@ -119,20 +107,20 @@ def filter_candidates(state: State, runtime: Runtime[Ctx]) -> dict:
             kept.append(h)
         else:
             dropped[ctx.entries[h].record.card.id] = reason
-    write_atomic(ctx.run_dir / "filtered.json", canonical_json(dropped))
+    write_atomic(ctx.rundir.filtered_file, canonical_json(dropped))
     return {"candidates": kept, "n_dropped": len(dropped), "node": "filter"}
 
 
 def select(state: State, runtime: Runtime[Ctx]) -> dict:
     """Pick the next candidate, or a stop reason (stop rules are frozen in the manifest)."""
     ctx = runtime.context
-    stop = ctx.manifest["stop"]
+    stop = ctx.manifest.stop
     cursor = state.get("cursor", 0)
-    if _spent(ctx) >= _budget_h(ctx):
+    if _spent(ctx) >= _budget(ctx):
         reason = "budget_exhausted"
-    elif state.get("consecutive_rejections", 0) >= stop["max_consecutive_rejections"]:
+    elif state.get("consecutive_rejections", 0) >= stop.max_consecutive_rejections:
         reason = "consecutive_rejections"
-    elif stop["max_candidates"] is not None and cursor >= stop["max_candidates"]:
+    elif stop.max_candidates is not None and cursor >= stop.max_candidates:
         reason = "max_candidates"
     elif cursor >= len(state["candidates"]):
         reason = "candidates_exhausted"
@@ -140,7 +128,7 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
         h = state["candidates"][cursor]
         return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": "", "action": "",
                 "rule": "", "trial_verdict": "", "proceed": False, "train_status": "", "verdict": "", "decided_by": "",
-                "node": "select"}
+                "refused": "", "node": "select"}
     return {"stop_reason": reason, "node": "select"}
 
 
@@ -155,18 +143,15 @@ def authorize(state: State, runtime: Runtime[Ctx]) -> dict:
     """Compile outcome-blind features, authorize, and freeze the decision before any outcome."""
     ctx = runtime.context
     entry = ctx.entries[state["record_hash"]]
-    episode = {"proposals_authorized": state.get("proposals_authorized", 0),
-               "leases_used": state.get("leases_used", 0), "stage": state["stage"]}
-
+    episode = _episode_state(state)
+    policy = ctx.manifest.policy
     current = ctx.ports.context(state["parent_dir"], state["parent_sha"], state["stage"])
-    path = ctx.run_dir / "steps" / f"{state['cursor']:03d}-decision.json"
-    decision = once(path, lambda: ctx.ports.authorize(ctx.ports.compile(entry, current), episode),
-                    _model_loader(Decision))
+    decision = once(ctx.rundir.decision_file(state["cursor"]),
+                    lambda: route(ctx.ports.compile(entry, current), policy.name, episode, policy.config), Decision)
     ctx.bank.record_decision(ctx.episode_id, decision)
     ctx.audit.decision(decision, entry.record, current, episode)
-    new_proposal = decision.features.is_new and decision.action != "reject"
     return {"decision_hash": decision.decision_hash, "action": decision.action, "rule": decision.rule,
-            "proposals_authorized": episode["proposals_authorized"] + int(new_proposal), "node": "authorize"}
+            "proposals_authorized": next_state(episode, decision).new_proposals_used, "node": "authorize"}
 
 
 def after_authorize(state: State) -> str:
@@ -176,29 +161,48 @@ def after_authorize(state: State) -> str:
 # --- validate, train, gate ---------------------------------------------------------------
 
 
+def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict):
+    """The trial checkpoint's measurement: evaluated (and charged) like every model, then
+    trainers.trial.measurement with the gate's retention metrics and unparseable limit."""
+    g = ctx.manifest.gate
+
+    def measure(checkpoint: str):
+        child = _evaluation(ctx, checkpoint, ctx.ports.model_sha(checkpoint), "validation")
+        return measurement(child, parent_val, initial_val, target=target_metric(card.family),
+                           retention=(f"{g.ifeval_suite}.{g.ifeval_prompt_metric}",
+                                      f"{g.ifeval_suite}.{g.ifeval_instruction_metric}"),
+                           max_unparseable_share=g.max_unparseable_share)
+    return measure
+
+
 def validate(state: State, runtime: Runtime[Ctx]) -> dict:
-    """Bounded trial from the current parent: Pass -> train, Fail -> reject, Inconclusive -> lease."""
+    """Bounded trial from the current parent; policies.after_trial routes its verdict."""
     ctx = runtime.context
     card, dh = _card(ctx, state), state["decision_hash"]
-    step = ctx.step_dir(dh)
-    initial = ctx.manifest["initial"]
-    trial_h = card.budget.device_hours * ctx.manifest["trial_fraction"]
-    estimate = trial_h + ctx.manifest["cost"]["eval_device_hours"] + _eval_estimate(
-        ctx, [initial["sha256"], state["parent_sha"]], "validation")
+    step, initial = ctx.rundir.step(dh), ctx.manifest.initial
+    fraction = ctx.manifest.trial.fraction
+    try:
+        trial_h = ctx.cost.estimate_trial(card, fraction)
+    except TrialRefused as exc:  # no bounded trial exists for this card: a Fail that never ran
+        return _after_verdict(ctx, state, "fail", f"trial refused: {exc.reason}", refused=exc.reason)
+    estimate = trial_h + ctx.cost.estimate_eval(1) + _evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
+                                                                   "validation")
     if not (step / "trial.json").exists() and not _fits(ctx, estimate):
         return {"trial_verdict": "not_started", "decided_by": "budget: the trial does not fit", "proceed": False,
-                "spent_h": _spent(ctx), "node": "validate"}
-    initial_val = _evaluation(ctx, initial["dir"], initial["sha256"], "validation")
+                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "validate"}
+    initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
     result = once(step / "trial.json", lambda: ctx.ports.trial(
-        card, state["parent_dir"], str(step / "trial"), f"{ctx.episode_id}:{dh[:16]}:trial", parent_val, initial_val),
-        _model_loader(TrialResult))
-    _charge(ctx, f"{dh}:trial", trial_h + ctx.manifest["cost"]["eval_device_hours"], result.train.wall_seconds,
-            f"trial of {card.id}")
-    leased = result.verdict == "inconclusive" and state.get("leases_used", 0) < ctx.manifest["fallback_lease"]
-    return {"trial_verdict": result.verdict, "decided_by": "; ".join(result.reasons) or result.verdict,
-            "proceed": result.verdict == "pass" or leased, "leases_used": state.get("leases_used", 0) + int(leased),
-            "spent_h": _spent(ctx), "node": "validate"}
+        card, state["parent_dir"], str(step / "trial"), f"{ctx.episode_id}:{dh[:16]}:trial",
+        _measure(ctx, card, parent_val, initial_val)), TrialResult)
+    ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost)
+    return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
+
+
+def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str = "") -> dict:
+    then, _, episode = after_trial(verdict, _episode_state(state), ctx.manifest.policy.config)
+    return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
+            "leases_used": episode.leases_used, "spent_h": _spent(ctx), "node": "validate"}
 
 
 def after_validate(state: State) -> str:
@@ -209,35 +213,31 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     """Full TRL run from the current parent (continuing the trial's prefix when nu = continue)."""
     ctx = runtime.context
     card, dh = _card(ctx, state), state["decision_hash"]
-    step = ctx.step_dir(dh)
-    trial_file = step / "trial.json"
-    prefix = parse_model(TrialResult, trial_file.read_text()).train.checkpoint if (
-        card.nu == "continue" and trial_file.exists()) else None
-    full_h = card.budget.device_hours * (1.0 - ctx.manifest["trial_fraction"] if prefix else 1.0)
-    initial = ctx.manifest["initial"]
-    estimate = full_h + ctx.manifest["cost"]["eval_device_hours"] + _eval_estimate(
-        ctx, [initial["sha256"], state["parent_sha"]], "adoption")
+    step, initial = ctx.rundir.step(dh), ctx.manifest.initial
+    trial = ctx.rundir.trial(dh)
+    prefix = trial.train if card.nu == "continue" and trial is not None else None
+    estimate = ctx.cost.estimate_full(card, prefix.steps if prefix else 0) + ctx.cost.estimate_eval(1) + _evals_to_pay(
+        ctx, [initial.sha256, state["parent_sha"]], "adoption")
     if not (step / "train.json").exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
-                "spent_h": _spent(ctx), "node": "train"}
+                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "train"}
     result = once(step / "train.json", lambda: ctx.ports.train(
-        card, state["parent_dir"], str(step / "train"), f"{ctx.episode_id}:{dh[:16]}:train", prefix),
-        _model_loader(TrainResult))
-    _charge(ctx, f"{dh}:train", full_h, result.wall_seconds, f"full run of {card.id}")
+        card, state["parent_dir"], str(step / "train"), f"{ctx.episode_id}:{dh[:16]}:train",
+        prefix.checkpoint if prefix else None), TrainResult)
+    ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost)
     return {"train_status": "done", "spent_h": _spent(ctx), "node": "train"}
 
 
 def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     """The shared adoption rule g on adoption data: initial, parent and child."""
     ctx = runtime.context
-    step = ctx.step_dir(state["decision_hash"])
-    child = parse_model(TrainResult, (step / "train.json").read_text())
-    initial = ctx.manifest["initial"]
-    initial_ad = _evaluation(ctx, initial["dir"], initial["sha256"], "adoption")
+    dh, initial = state["decision_hash"], ctx.manifest.initial
+    child = ctx.rundir.train(dh)
+    initial_ad = _evaluation(ctx, initial.dir, initial.sha256, "adoption")
     parent_ad = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "adoption")
     child_ad = _evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
-    verdict = once(step / "verdict.json", lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad,
-                                                                 child), _model_loader(GateVerdict))
+    verdict = once(ctx.rundir.step(dh) / "verdict.json",
+                   lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
             "spent_h": _spent(ctx), "node": "gate"}
 
@@ -259,64 +259,72 @@ def _outcome(state: State) -> tuple[str, str]:
     return ("promoted" if state["verdict"] == "promote" else "rolled_back"), f"gate: {state['decided_by']}"
 
 
-def _measured(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
-    """Cost, wall time, metrics, fidelity and artefacts of one decision, read from its step files."""
-    step, card, eval_h = ctx.step_dir(decision.decision_hash), _card(ctx, state), ctx.manifest["cost"]["eval_device_hours"]
-    m: dict[str, Any] = {"cost": 0.0, "wall": 0.0, "metrics": {}, "fidelity": None, "artefacts": []}
-    trial = parse_model(TrialResult, (step / "trial.json").read_text()) if (step / "trial.json").exists() else None
-    run = parse_model(TrainResult, (step / "train.json").read_text()) if (step / "train.json").exists() else None
+def _charged(ctx: Ctx, keys: list[str]) -> tuple[float, float]:
+    """(device-hours, seconds) the ledger charged under these keys."""
+    rows = [r for r in (ctx.ledger.get(ctx.episode_id, k) for k in keys) if r is not None]
+    return sum(r["device_hours"] for r in rows), sum(r["wall_seconds"] for r in rows)
+
+
+def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
+    """The typed Event fields of one decision that ran, read from its step files and the ledger."""
+    rd, dh, card = ctx.rundir, decision.decision_hash, _card(ctx, state)
+    trial, run, verdict = rd.trial(dh), rd.train(dh), rd.verdict(dh)
+    keys, out, artefacts = [f"{dh}:trial", f"{dh}:train"], {}, []
     if trial:
-        m["cost"] += _hours(ctx, card.budget.device_hours * ctx.manifest["trial_fraction"] + eval_h, trial.train.wall_seconds)
-        m["wall"] += trial.train.wall_seconds
-        m["metrics"] |= {"trial.delta_val": trial.delta_val} | {f"trial.retention.{k}": v for k, v in trial.retention_deltas.items()}
-        m["artefacts"].append(os.path.relpath(trial.train.checkpoint, ctx.run_dir))
+        keys.append(f"eval:{trial.train.checkpoint_sha256}:validation")
+        artefacts.append(trial.train.checkpoint)
+        out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
+                                                                    trial.retention_deltas.items()}}
     if run:
-        full_h = card.budget.device_hours * (1.0 - ctx.manifest["trial_fraction"] if run.resumed_from else 1.0)
-        m["cost"] += _hours(ctx, full_h, run.wall_seconds)
-        m["wall"] += run.wall_seconds
-        m["artefacts"].append(os.path.relpath(run.checkpoint, ctx.run_dir))
-    if (step / "verdict.json").exists():
-        child_dir = ctx.run_dir / "evals" / f"{run.checkpoint_sha256[:16]}-adoption"
-        m["cost"] += _hours(ctx, eval_h, json.loads((child_dir / "wall.json").read_text())["wall_seconds"])
-        child = _suites_loader((child_dir / "results.json").read_text())
-        parent = _suites_loader((ctx.run_dir / "evals" / f"{state['parent_sha'][:16]}-adoption" / "results.json").read_text())
-        m["metrics"] |= {f"{s}.{k}": v for s, r in child.items() for k, v in r.metrics.items() if v is not None}
-        target = ctx.ports.target_metric(card)
-        gain = _metric(child, target) - _metric(parent, target) if None not in (_metric(child, target), _metric(parent, target)) else None
-        if gain is not None:
-            m["metrics"]["gain." + target] = gain
-        if trial and gain is not None:
-            m["fidelity"] = {"trial_delta_val": trial.delta_val, "full_delta_adoption": gain}
-    return m
+        artefacts.append(run.checkpoint)
+    metrics: dict[str, float] = {}
+    if verdict:
+        keys.append(f"eval:{run.checkpoint_sha256}:adoption")
+        child, parent = rd.evaluation(run.checkpoint_sha256, "adoption"), rd.evaluation(state["parent_sha"], "adoption")
+        initial = rd.evaluation(ctx.manifest.initial.sha256, "adoption")
+        metrics = {f"{s}.{k}": v for s, r in child.items() for k, v in r.metrics.items() if v is not None}
+        key, g = target_metric(card.family), ctx.manifest.gate
+        out |= {"target_metric": key, "target_gain": _delta(child, parent, key),
+                "retention": {m: d for m in (g.ifeval_prompt_metric, g.ifeval_instruction_metric)
+                              if (d := _delta(child, initial, f"{g.ifeval_suite}.{m}")) is not None}}
+    cost, wall = _charged(ctx, keys)
+    fidelity = ({"trial_delta_val": out["trial_delta"], "full_delta_adoption": out["target_gain"]}
+                if trial and out.get("target_gain") is not None else None)
+    return out | {"cost_device_hours": round(cost, 9), "wall_seconds": round(wall, 3), "metrics": metrics,
+                  "fidelity": fidelity, "artefacts": tuple(os.path.relpath(a, rd.path) for a in artefacts)}
 
 
-def _metric(results: dict[str, SuiteResult], key: str) -> float | None:
+def _delta(after: dict[str, SuiteResult], before: dict[str, SuiteResult], key: str) -> float | None:
     suite, _, name = key.partition(".")
-    return results[suite].metrics.get(name) if suite in results else None
+    a = after[suite].metrics.get(name) if suite in after else None
+    b = before[suite].metrics.get(name) if suite in before else None
+    return None if None in (a, b) else a - b
 
 
-def _hours(ctx: Ctx, nominal_h: float, wall_s: float) -> float:
-    cost = ctx.manifest["cost"]
-    return nominal_h if cost["mode"] == "nominal" else wall_s / 3600.0 * cost["devices"]
+def _full_run(state: State) -> str | None:
+    if state["action"] == "reject":
+        return None
+    if state.get("train_status") == "done":
+        return "ran"
+    return "refused" if state.get("refused") and state.get("train_status") == "not_started" else "not_authorized"
 
 
 def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     """Move or keep the parent, append the Event, stage the new evidence, write the outcome."""
     ctx = runtime.context
-    decision = parse_model(Decision, (ctx.run_dir / "steps" / f"{state['cursor']:03d}-decision.json").read_text())
+    decision = parse_model(Decision, ctx.rundir.decision_file(state["cursor"]).read_text(encoding="utf-8"))
     outcome, reason = _outcome(state)
     rejected = outcome == "rejected"
-    m = _measured(ctx, state, decision) if not rejected else {"cost": 0.0, "wall": 0.0, "metrics": {},
-                                                              "fidelity": None, "artefacts": []}
+    trial_verdict = state.get("trial_verdict") if state.get("trial_verdict") in ("pass", "fail", "inconclusive") else None
+    effects = {} if rejected else _effects(ctx, state, decision)
     event = Event(episode_id=ctx.episode_id, seq=state.get("seq", 0), candidate_id=decision.candidate_id,
-                  decision=decision, action=decision.action, cost_device_hours=round(m["cost"], 9),
-                  wall_seconds=round(m["wall"], 3), metrics=m["metrics"], fidelity=m["fidelity"], outcome=outcome,
-                  reason=reason[:500], artefacts=tuple(m["artefacts"]))
+                  decision=decision, action=decision.action, cost_device_hours=effects.pop("cost_device_hours", 0.0),
+                  wall_seconds=effects.pop("wall_seconds", 0.0), metrics=effects.pop("metrics", {}),
+                  outcome=outcome, reason=reason[:500], trial_verdict=trial_verdict, full_run=_full_run(state),
+                  refused=state.get("refused") or None, **effects)
     parent_dir, parent_sha, stage = state["parent_dir"], state["parent_sha"], state["stage"]
     if outcome == "promoted":
-        step = ctx.step_dir(decision.decision_hash)
-        run = parse_model(TrainResult, (step / "train.json").read_text())
-        verdict = parse_model(GateVerdict, (step / "verdict.json").read_text())
+        run, verdict = ctx.rundir.train(decision.decision_hash), ctx.rundir.verdict(decision.decision_hash)
         parent_dir = ctx.ports.promote(str(ctx.run_dir), run.checkpoint, verdict)
         parent_sha, stage = run.checkpoint_sha256, stage + 1
     ctx.bank.append_event(event)
@@ -325,7 +333,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
                                          ctx.ports.model_ref(state["parent_dir"], state["parent_sha"]), state["stage"])
         if observed is not None:
             ctx.bank.stage_observation(ctx.episode_id, observed)
-    ctx.audit.outcome(event, state.get("trial_verdict") or None)
+    ctx.audit.outcome(event, _card(ctx, state))
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
             "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}

@@ -16,22 +16,17 @@ from experience_bank.records import (CandidateCard, CurrentContext, Event, Histo
                                      Provenance, RetentionEffect, SourceContext, SourceEvidence)
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from agent.config import RunConfig
+from agent.manifest import Manifest
+from experience_bank.families import family_targets, target_metric
 from agent.world.examples import card_examples, card_rewards, parent_generator
 from agent.state import Entry
 
-PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
-RETENTION = ("prompt_strict", "inst_strict")
-
-
 class WorldPorts:
-    def __init__(self, world: Any, cfg: RunConfig, allow: Any):
+    def __init__(self, world: Any, cfg: RunConfig, allow: Any, manifest: Manifest):
         from agent.world.store import RUNTIMES, SUITES
-        from policies import PolicyConfig
 
-        self.world, self.cfg, self.allow = world, cfg, allow
+        self.world, self.cfg, self.allow, self.manifest = world, cfg, allow, manifest
         self.suites, self.runtimes = tuple(SUITES), tuple(RUNTIMES)
-        self.policy_config = PolicyConfig(tau_l=cfg.tau_l, tau_h=cfg.tau_h, quota=cfg.max_proposals,
-                                          fallback_lease=cfg.fallback_lease)
 
     # --- contexts and the executability filter ---------------------------------------
     def model_ref(self, model_dir: str, sha256: str) -> ModelRef:
@@ -64,14 +59,9 @@ class WorldPorts:
         from policies.authorize import WITHOUT_APPLICABILITY
         from policies.features import compile as compile_features
 
-        return compile_features(entry.record, ctx, use_applicability=self.cfg.policy not in WITHOUT_APPLICABILITY,
-                                conflicted=entry.conflicted, discounts=self.policy_config.discounts)
-
-    def authorize(self, features, episode: dict[str, int]):
-        from policies import EpisodeState, authorize
-
-        state = EpisodeState(new_proposals_used=episode["proposals_authorized"], leases_used=episode["leases_used"])
-        return authorize(features, self.cfg.policy, state, self.policy_config)
+        policy = self.manifest.policy
+        return compile_features(entry.record, ctx, use_applicability=policy.name not in WITHOUT_APPLICABILITY,
+                                conflicted=entry.conflicted, discounts=policy.config.discounts)
 
     # --- evaluation, training, the gate ----------------------------------------------
     def evaluate(self, model_dir: str, split: str, out_dir: str) -> dict[str, SuiteResult]:
@@ -86,27 +76,19 @@ class WorldPorts:
                                seed=self.cfg.seed)
         return card_examples(card, self.world.seed, self.cfg.seed, generate=gen)
 
-    def target_metric(self, card: CandidateCard) -> str:
-        return f"{card.family}/target.{PRIMARY_METRIC[card.family]}"
+    def model_sha(self, model_dir: str) -> str:
+        from trainers.checkpoint import weights_sha256
 
-    def trial(self, card, parent_dir, out_dir, run_key, parent_val, initial_val) -> TrialResult:
+        return weights_sha256(model_dir)
+
+    def trial(self, card, parent_dir, out_dir, run_key, measure) -> TrialResult:
         from trainers.trial import TrialThresholds, trial
 
-        target = self.target_metric(card)
-
-        def measure(checkpoint: str):
-            child = self.evaluate(checkpoint, "validation", str(Path(out_dir) / "eval"))
-            delta = _value(child, target) - _value(parent_val, target)
-            retention = {f"ifeval.{m}": _value(child, f"ifeval.{m}") - _value(initial_val, f"ifeval.{m}")
-                         for m in RETENTION}
-            hard = [f"{s}: {r.n_unparseable} unparseable" for s, r in child.items()
-                    if s == target.partition(".")[0] and r.items and r.n_unparseable == len(r.items)]
-            return delta, retention, hard
-
-        thresholds = TrialThresholds(min_gain_pp=self.cfg.trial_min_gain_pp, fail_drop_pp=self.cfg.trial_fail_drop_pp,
-                                     retention_drop_pp=self.cfg.gate_ifeval_drop_pp)
+        m = self.manifest
+        thresholds = TrialThresholds(min_gain_pp=m.trial.min_gain_pp, fail_drop_pp=m.trial.fail_drop_pp,
+                                     retention_drop_pp=m.gate.ifeval_max_drop_pp)
         return trial(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
-                     measure=measure, thresholds=thresholds, fraction=self.cfg.trial_fraction,
+                     measure=measure, thresholds=thresholds, fraction=m.trial.fraction,
                      reward_funcs=card_rewards(card), seed=self.cfg.seed)
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from) -> TrainResult:
@@ -117,13 +99,13 @@ class WorldPorts:
                               seed=self.cfg.seed, threads=self.cfg.torch_threads)
 
     def gate(self, card, initial, parent, child, run: TrainResult) -> GateVerdict:
-        from agent.cli.gate import gate_config_for
         from evaluators import metric_specs
         from policies.gate import gate
 
-        suite, _, metric = self.target_metric(card).partition(".")
-        return gate(initial, parent, child, gate_config_for(self.cfg), metric_specs(), target_suite=suite,
-                    target_metric=metric, family_targets={card.family: self.target_metric(card)}, sanity=run.sanity)
+        # U_prom is the mean over every target capability (CAPTRACK.md), not the card's own.
+        suite, _, metric = target_metric(card.family).partition(".")
+        return gate(initial, parent, child, self.manifest.gate, metric_specs(), target_suite=suite,
+                    target_metric=metric, family_targets=family_targets(), sanity=run.sanity)
 
     def captrack(self, initial, child) -> dict[str, float | None]:
         from evaluators import metric_specs
@@ -140,22 +122,21 @@ class WorldPorts:
     # --- memory and proposals ---------------------------------------------------------
     def observation(self, entry: Entry, event: Event, parent: ModelRef, stage: int) -> HistoricalRecord | None:
         """One paired run (grade B) in the current context, for consolidation."""
-        card, target = entry.record.card, self.target_metric(entry.record.card)
-        gain = event.metrics.get(f"gain.{target}", event.metrics.get("trial.delta_val"))
+        card, target = entry.record.card, target_metric(entry.record.card.family)
+        gain = event.target_gain if event.target_gain is not None else event.trial_delta
         if gain is None:
             return None
         from agent.world.catalogue import runtime_of
 
         data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
-        retention = tuple(RetentionEffect(metric=k.removeprefix("trial.retention."), delta=v)
-                          for k, v in sorted(event.metrics.items()) if k.startswith("trial.retention."))
+        retention = tuple(RetentionEffect(metric=f"ifeval.{k}", delta=v) for k, v in sorted(event.trial_retention.items()))
         return HistoricalRecord(
             card=card,
             source=SourceContext(parent=parent, stage=stage, family=card.family, task=f"{card.family}/target",
                                  datasets=data, runtime=runtime_of(card), eval_protocol=self.world.eval_protocol,
                                  output_protocol=self.world.output_protocols[card.family]),
             evidence=SourceEvidence(target_metric=target, delta_src=gain, delta_point=gain,
-                                    kappa=self.cfg.gate_kappa_pp, grade="B", chi=0, retention=retention, replicates=1),
+                                    kappa=self.manifest.gate.kappa[card.family], grade="B", chi=0, retention=retention, replicates=1),
             applicability=entry.record.applicability,
             provenance=Provenance(model_sha256=parent.sha256, data_sha256=data, config_sha256=card.content_hash(),
                                   eval_sha256=content_hash(event.metrics), produced_by=f"episode {event.episode_id}"))
@@ -177,10 +158,3 @@ class WorldPorts:
             model_sha256=self.world.model.sha256, data_sha256=data, config_sha256=card.content_hash(),
             eval_sha256=content_hash(self.world.eval_protocol), produced_by=f"proposer openai {self.cfg.model}"))
 
-
-def _value(results: dict[str, SuiteResult], key: str) -> float:
-    suite, _, metric = key.partition(".")
-    value = results[suite].metrics.get(metric)
-    if value is None:
-        raise ValueError(f"{key} is UNKNOWN (an evaluator error): the trial cannot be measured")
-    return value

@@ -18,6 +18,9 @@ from typing import Any, Callable, Protocol, TypedDict
 
 from experience_bank.records import CandidateCard, CurrentContext, Decision, Event, Features, HistoricalRecord, ModelRef, Proposal
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
+from trainers.ledger import CostModel, Ledger
+from agent.manifest import Manifest
+from agent.rundir import RunDir
 
 
 class State(TypedDict, total=False):
@@ -69,6 +72,8 @@ class State(TypedDict, total=False):
     """Exploratory proposals routed to Validate so far (quota q)."""
     leases_used: int
     """Inconclusive trials that went on to a full run (fallback lease)."""
+    refused: str
+    """Why a trial or full run the decision allowed was not started ('' if none was refused)."""
     stop_reason: str
     """Why the loop stopped ('' while running)."""
     library_version: int
@@ -96,15 +101,14 @@ class Ports(Protocol):
     def context(self, parent_dir: str, parent_sha: str, stage: int) -> CurrentContext: ...
     def executable(self, record: HistoricalRecord | Proposal) -> str | None: ...
     def compile(self, entry: Entry, ctx: CurrentContext) -> Features: ...
-    def authorize(self, features: Features, episode: dict[str, int]) -> Decision: ...
     def evaluate(self, model_dir: str, split: str, out_dir: str) -> dict[str, SuiteResult]: ...
+    def model_sha(self, model_dir: str) -> str: ...
     def trial(self, card: CandidateCard, parent_dir: str, out_dir: str, run_key: str,
-              parent_val: dict[str, SuiteResult], initial_val: dict[str, SuiteResult]) -> TrialResult: ...
+              measure: Callable[[str], tuple[float, dict[str, float], list[str]]]) -> TrialResult: ...
     def train(self, card: CandidateCard, parent_dir: str, out_dir: str, run_key: str,
               resume_from: str | None) -> TrainResult: ...
     def gate(self, card: CandidateCard, initial: dict[str, SuiteResult], parent: dict[str, SuiteResult],
              child: dict[str, SuiteResult], run: TrainResult) -> GateVerdict: ...
-    def target_metric(self, card: CandidateCard) -> str: ...
     def captrack(self, initial: dict[str, SuiteResult], child: dict[str, SuiteResult]) -> dict[str, float | None]: ...
     def observation(self, entry: Entry, event: Event, parent: ModelRef, stage: int) -> HistoricalRecord | None: ...
     def model_ref(self, model_dir: str, sha256: str) -> ModelRef: ...
@@ -121,40 +125,41 @@ class BankPort(Protocol):
     def consolidate(self, episode_id: str) -> Any: ...
 
 
-class LedgerPort(Protocol):
-    def charge(self, episode_id: str, key: str, device_hours: float, wall_seconds: float, what: str) -> Any: ...
-    def spent(self, episode_id: str) -> float: ...
-
-
 class AuditPort(Protocol):
     def decision(self, decision: Decision, record: HistoricalRecord | Proposal, context: CurrentContext,
                  episode: dict[str, int]) -> None: ...
-    def outcome(self, event: Event, trial_verdict: str | None) -> None: ...
+    def outcome(self, event: Event, card: CandidateCard) -> None: ...
 
 
 @dataclass
 class Ctx:
     """Runtime context: everything a node needs that is not checkpointed state."""
 
-    run_dir: Path
-    """runs/ID."""
+    rundir: RunDir
+    """runs/ID: the one owner of its layout."""
     episode_id: str
     """Episode id."""
-    manifest: dict[str, Any]
-    """The frozen run manifest (values nodes read: budget, cost model, stop rules, ...)."""
+    manifest: Manifest
+    """The frozen run manifest (values nodes read: budget, cost model, policy, stop rules, ...)."""
     entries: dict[str, Entry]
     """Library entries by record hash; accepted proposals are added by `propose`."""
     ports: Ports
     """Other packages, behind adapters."""
     bank: BankPort
     """The experience bank."""
-    ledger: LedgerPort
-    """The budget ledger."""
+    ledger: Ledger
+    """The budget ledger: the only place charges are added up (trainers/ledger.py)."""
     audit: AuditPort
     """runs/ID/decisions.jsonl + outcomes.jsonl writer."""
     progress: Callable[[str, dict[str, Any]], None] = field(default=lambda node, update: None)
     """Called after every node with its name and partial state (the live display)."""
 
-    def step_dir(self, decision_hash: str) -> Path:
-        """Where one decision's side effects keep their results."""
-        return self.run_dir / "steps" / decision_hash[:16]
+    @property
+    def run_dir(self) -> Path:
+        return self.rundir.path
+
+    @property
+    def cost(self) -> CostModel:
+        """The frozen cost model every charge and estimate is computed under."""
+        c = self.manifest.cost
+        return CostModel(kind=c.mode, devices=c.devices, eval_device_hours=c.eval_device_hours)

@@ -445,6 +445,22 @@ class Event(Frozen):
     """Frozen reason: the rule for a rejection, the deciding gate check otherwise."""
     artefacts: tuple[str, ...] = ()
     """Checkpoints and reports produced (paths relative to the run directory)."""
+    trial_verdict: Literal["pass", "fail", "inconclusive"] | None = None
+    """Verdict of the bounded trial, where one was decided (a refused trial is a fail)."""
+    trial_delta: float | None = None
+    """Delta_val of the trial on the target metric (pp), where it ran and was measured."""
+    trial_retention: dict[str, float] = {}
+    """The trial's IFEval effects vs the initial parent on validation (pp), where measured."""
+    target_metric: str | None = None
+    """The card's target metric key (`<family>/target.<metric>`), where a full run was judged."""
+    target_gain: float | None = None
+    """Child minus parent on the target metric, adoption split (pp), where a full run was judged."""
+    retention: dict[str, float] = {}
+    """The child's IFEval effects vs the initial parent on adoption (pp): `prompt_strict`, `inst_strict`."""
+    full_run: Literal["ran", "not_authorized", "refused"] | None = None
+    """Whether a full run happened after the decision (None for a rejection)."""
+    refused: Annotated[str, Field(max_length=500)] | None = None
+    """Why a trial or full run that the decision allowed was not started (budget, no bounded trial)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "Event":

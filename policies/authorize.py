@@ -59,6 +59,10 @@ class EpisodeState(Frozen):
     """Fallback leases already spent on Inconclusive trials in this episode."""
 
 
+LEASE_READING = ("a count of Inconclusive trials per episode that may still go to Train, spent in "
+                 "decision order (the project's interpretation of BCIT.md 5: the spec gives the lease no formula)")
+"""What PolicyConfig.fallback_lease means; frozen in every manifest beside the number."""
+
 Routed = tuple[str, str, dict[str, float]]
 Policy = Callable[[Features, EpisodeState, PolicyConfig], Routed]
 

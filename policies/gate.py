@@ -24,6 +24,7 @@ from typing import Annotated
 from pydantic import Field, ValidationError
 
 from experience_bank.errors import BadInput
+from experience_bank.families import FAMILIES
 from experience_bank.records import Frozen, Ident
 from experience_bank.results import (
     GateCheck, GateVerdict, Group, MetricSpec, SanityCheck, Severity, SuiteResult,
@@ -33,7 +34,6 @@ from policies.stats import mcnemar_exact
 Results = Mapping[str, SuiteResult]
 SEVERITIES: tuple[Severity, ...] = ("none", "mild", "moderate", "severe", "catastrophic")
 _EPS = 1e-9  # float slack so that 48.0 - 50.0 counts as "within -2 pp"
-_FAMILIES = ("finance", "sql", "function")
 
 
 class GateConfig(Frozen):
@@ -45,9 +45,9 @@ class GateConfig(Frozen):
     """Also block a drop smaller than the threshold when McNemar is significant at alpha."""
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     """Significance level of the exact McNemar test."""
-    min_gain_pp: dict[str, Annotated[float, Field(ge=0.0)]] = {f: 1.0 for f in _FAMILIES}
+    min_gain_pp: dict[str, Annotated[float, Field(ge=0.0)]] = {f: 1.0 for f in FAMILIES}
     """Minimum meaningful gain on the target, per family (pp)."""
-    kappa: dict[str, Annotated[float, Field(gt=0.0)]] = {f: 10.0 for f in _FAMILIES}
+    kappa: dict[str, Annotated[float, Field(gt=0.0)]] = {f: 10.0 for f in FAMILIES}
     """Normalising scale of U_prom, per family (pp)."""
     allowed_regime: Severity = "moderate"
     """Worst CapTrack regime a group or sub-capability may reach (default: nothing severe)."""
@@ -59,6 +59,12 @@ class GateConfig(Frozen):
     """Prompt-level strict accuracy metric of that suite."""
     ifeval_instruction_metric: Ident = "inst_strict"
     """Instruction-level strict accuracy metric of that suite."""
+
+
+def uniform_gate_config(*, ifeval_max_drop_pp: float, min_gain_pp: float, kappa_pp: float, alpha: float) -> GateConfig:
+    """The gate's config with one minimum gain and one kappa for every family (what a run config gives)."""
+    return GateConfig(ifeval_max_drop_pp=ifeval_max_drop_pp, alpha=alpha, min_gain_pp={f: min_gain_pp for f in FAMILIES},
+                      kappa={f: kappa_pp for f in FAMILIES})
 
 
 def gate_config(mapping: Mapping | None) -> GateConfig:

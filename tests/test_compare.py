@@ -81,19 +81,22 @@ if policy == "broken":
     (run_dir / "manifest.json").write_text("{}")  # started, then crashed: the next call resumes it
     sys.exit("broken policy: simulated crash")
 gain = {"good": 4.0, "meh": 1.0}[policy] + seed
-def suite(v):
-    return {"sql/target": {"metrics": {"exec_acc": v}}, "ifeval": {"metrics": {"prompt_strict": 70.0, "inst_strict": 80.0}}}
-for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
-    d = run_dir / "evals" / f"{sha[:16]}-adoption"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "results.json").write_text(json.dumps(suite(v)))
 sys.path.insert(0, TESTS)
 import bank_factory as bf
+from test_graph_fakes import _suite
+from agent.rundir import RunDir
+from experience_bank.results import GateCheck, GateVerdict
+for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
+    ife = _suite("ifeval", "prompt_strict", 70.0, sha, "adoption")
+    ife = ife.model_copy(update={"metrics": {"prompt_strict": 70.0, "inst_strict": 80.0}})
+    RunDir(run_dir).write_evaluation(sha, "adoption", {"sql/target": _suite("sql/target", "exec_acc", v, sha, "adoption"),
+                                                       "ifeval": ife}, 1.0)
 from experience_bank.bank import Bank
 from experience_bank.records import Event
 def ev(seq, card, action, outcome, cost):
     return Event(episode_id=run_dir.name, seq=seq, candidate_id=card, decision=bf.decision(card, action),
-                 action=action, cost_device_hours=cost, wall_seconds=1.0, metrics={}, outcome=outcome, reason="")
+                 action=action, cost_device_hours=cost, wall_seconds=1.0, metrics={}, outcome=outcome, reason="",
+                 full_run=None if action == "reject" else "ran")
 bank_path = run_dir.parent / f"{run_dir.name}.sqlite"
 with Bank.init(bank_path) as bank:
     bank.start_episode(run_dir.name, "f" * 64, 0)
@@ -103,10 +106,18 @@ with Bank.init(bank_path) as bank:
         bank.append_event(e)
 step = run_dir / "steps" / events[2].decision.decision_hash[:16]
 step.mkdir(parents=True)
-(step / "verdict.json").write_text(json.dumps({"child_sha256": "b" * 64}))
-(run_dir / "manifest.json").write_text(json.dumps({"budget_device_hours": 10.0, "initial": {"sha256": "a" * 64},
-                                                   "library_version": 1, "episode_id": run_dir.name,
-                                                   "config": {"bank": str(bank_path)}}))
+(step / "verdict.json").write_text(GateVerdict(
+    promote=True, decided_by="all_passed", checks=(GateCheck(name="target", passed=True, numbers={}, reason="ok"),),
+    u_prom=0.1, child_sha256="b" * 64, parent_sha256="a" * 64, initial_sha256="a" * 64).model_dump_json())
+from agent.config import RunConfig
+from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
+from agent.rundir import RunDir
+RunDir(run_dir).freeze(build_manifest(
+    episode_id=run_dir.name, config=RunConfig(policy="bcit", bank=str(bank_path)).model_dump(mode="json"),
+    budget_h=10.0, initial=ModelAt(dir="base", sha256="a" * 64),
+    world=WorldId(size="test", recipe_sha256="c" * 64, chat_template_sha256="d" * 64), library_version=1,
+    candidate_hashes=[], evaluators=Evaluators(suites=("sql/target",), eval_protocol="fake", backend="transformers",
+                                               n=1, batch_size=1, seed=0), datasets={}, allowlist={}))
 (run_dir / "report.md").write_text("done")
 '''
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from experience_bank.bank import Bank
-from test_graph_fakes import run_fake
+from test_graph_fakes import ledger_rows, run_fake
 
 
 def _events(run_dir):
@@ -23,9 +23,11 @@ def test_episode_routes_every_action_and_outcome(tmp_path):
         ("S04", "validate", "trial_failed"), ("S05", "validate", "promoted"), ("S06", "train", "promoted")]
     assert final["stage"] == 3 and final["library_version"] == version
     assert json.loads((tmp_path / "filtered.json").read_text()) == {"X07": "dataset missing: fake"}
-    # every decision was frozen before its outcome; one audit line each
+    # every decision was frozen before its outcome; one outcome cell per decision that ran
     assert len((tmp_path / "decisions.jsonl").read_text().splitlines()) == 6
-    assert len((tmp_path / "outcomes.jsonl").read_text().splitlines()) == 6
+    cells = [json.loads(x) for x in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+    assert [c["candidate_id"] for c in cells] == ["S02", "S03", "S04", "S05", "S06"]
+    assert [c["trial_verdict"] for c in cells] == ["pass", None, "fail", "inconclusive", None]
     report = (tmp_path / "report.md").read_text()
     assert "| S05 |" in report and "Trial fidelity" in report and (tmp_path / "report.html").exists()
     assert (tmp_path / "captrack_heatmap.png").exists()
@@ -34,7 +36,7 @@ def test_episode_routes_every_action_and_outcome(tmp_path):
 def test_ledger_matches_events_plus_shared_evaluations(tmp_path):
     run_fake(tmp_path)
     events, _, _ = _events(tmp_path)
-    rows = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    rows = ledger_rows(tmp_path)
     assert len({r["key"] for r in rows}) == len(rows)
     shared = sum(r["h"] for r in rows if r["key"].startswith("eval:") and "adoption" in r["key"]
                  and not any(e.metrics and r["key"].startswith("eval:") for e in []))
@@ -53,7 +55,7 @@ def test_trainer_runs_once_per_key(tmp_path):
 def test_small_budget_stops_and_does_not_start_what_cannot_fit(tmp_path):
     final = run_fake(tmp_path, budget_h=1.0)
     events, problems, _ = _events(tmp_path)
-    rows = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    rows = ledger_rows(tmp_path)
     assert problems == []
     assert sum(r["h"] for r in rows) <= 1.0 + 1e-9
     assert any(e.outcome == "not_started" for e in events)
@@ -69,10 +71,10 @@ def test_consecutive_rejections_stop(tmp_path):
 
 def test_rerun_of_finished_episode_is_a_no_op(tmp_path):
     run_fake(tmp_path)
-    before = (tmp_path / "ledger.jsonl").read_text()
+    before = ledger_rows(tmp_path)
     final = run_fake(tmp_path)
     assert final["stop_reason"] == "candidates_exhausted"
-    assert (tmp_path / "ledger.jsonl").read_text() == before
+    assert ledger_rows(tmp_path) == before
 
 
 def test_checkpoint_state_is_plain_json(tmp_path):

@@ -1,7 +1,10 @@
-"""Small fakes at the loop's boundary (trainer, evaluator, authorizer, gate, ledger, audit).
+"""Small fakes at the loop's boundary (world context, trainer, evaluator, gate).
 
-A fake model is a directory holding `q.json` (its target score). Training adds the card's
-planned gain; the evaluator reads it back; the gate promotes iff the target rose. Every
+The rules run for real: the policy (policies.authorize, next_state, after_trial), the ledger
+(trainers.ledger, an SQLite file), the audit writer (RunAudit) and the run directory. The
+fake compiler gives each card features that BCIT routes to the PLAN's action. A fake model
+is a directory holding `q.json` (its target score). Training adds the card's planned gain;
+the evaluator reads it back; the gate promotes iff the target rose. Every
 trainer start/finish is logged to `calls.jsonl`, so a test can count completed trainings.
 `FAKE_KILL=<point>` SIGKILLs the process at that point (for the kill/resume tests).
 
@@ -23,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bank_factory as bf  # noqa: E402
 from experience_bank.bank import Bank, decision_hash  # noqa: E402
 from experience_bank.hashing import canonical_json, content_hash  # noqa: E402
-from experience_bank.records import CurrentContext, Decision, Features, FieldScores, ModelRef  # noqa: E402
+from experience_bank.records import CurrentContext, ModelRef  # noqa: E402
+from policies.features import features_from_row  # noqa: E402
+from trainers.steps import trial_steps  # noqa: E402
 from experience_bank.results import (EvalIdentity, GateCheck, GateVerdict, ItemResult, SuiteResult,  # noqa: E402
                                      TrainResult, TrialResult)
 
@@ -84,17 +89,15 @@ class FakePorts:
         return "dataset missing: fake" if record.card.id.startswith("X") else None
 
     def compile(self, entry, ctx):
-        fs = FieldScores(family=1.0, data=1.0, runtime=1.0, parent=1.0, protocol=1.0)
-        return Features(candidate_id=entry.record.card.id, record_hash=entry.hash, context_hash=content_hash(ctx),
-                        is_new=False, grade="B", delta_src=5.0, kappa=10.0, S=0.5, fields=fs, A=1.0, H=0,
-                        conflicts=(), Q=0.5, nu="restart", chi=0)
+        """Features that BCIT routes to the PLAN's action (Q = 0.075 rejects, 0.375 validates,
+        1.0 with grade-A replicated evidence trains)."""
+        grade, delta = {"reject": ("B", 1.0), "validate": ("B", 5.0), "train": ("A", 10.0)}[PLAN[entry.record.card.id][0]]
+        return features_from_row({"id": entry.record.card.id, "grade": grade, "delta_src": delta, "kappa": 10.0,
+                                  "family": 1, "data": 1, "runtime": 1, "parent": 1, "protocol": 1, "H": 0,
+                                  "nu": "restart", "chi": int(grade == "A"), "is_new": False})
 
-    def authorize(self, features, episode):
-        action = PLAN[features.candidate_id][0]
-        draft = Decision(candidate_id=features.candidate_id, action=action, rule=f"fake.{action}",
-                         numbers={"Q": 0.5}, policy="fake", policy_version="v1", features=features,
-                         decision_hash="0" * 64)
-        return draft.model_copy(update={"decision_hash": decision_hash(draft)})
+    def model_sha(self, model_dir):
+        return content_hash({"q": _q(model_dir), "dir": Path(model_dir).name})
 
     def evaluate(self, model_dir, split, out_dir):
         q = _q(model_dir)
@@ -103,6 +106,7 @@ class FakePorts:
                 "ifeval": _suite("ifeval", "prompt_strict", 50.0, sha, split)}
 
     def _train(self, card, parent_dir, out_dir, run_key, gain, role):
+        steps = trial_steps(card, 0.2) if role == "trial" else card.budget.steps
         done = Path(out_dir) / "result.json"
         if done.exists():  # like trainers.train: idempotent on run_key
             return TrainResult.model_validate_json(done.read_text())
@@ -110,7 +114,7 @@ class FakePorts:
         maybe_kill(f"{role}:{card.id}:mid")
         sha = _write_model(out_dir, _q(parent_dir) + gain)
         result = TrainResult(card_id=card.id, run_key=run_key, parent_sha256=content_hash({"q": _q(parent_dir),
-                             "dir": Path(parent_dir).name}), checkpoint=out_dir, checkpoint_sha256=sha, steps=10,
+                             "dir": Path(parent_dir).name}), checkpoint=out_dir, checkpoint_sha256=sha, steps=steps,
                              fraction=0.2 if role == "trial" else 1.0, wall_seconds=1.5,
                              never_promotable=role == "trial")
         done.write_text(result.model_dump_json())
@@ -118,7 +122,7 @@ class FakePorts:
         maybe_kill(f"{role}:{card.id}:done")
         return result
 
-    def trial(self, card, parent_dir, out_dir, run_key, parent_val, initial_val):
+    def trial(self, card, parent_dir, out_dir, run_key, measure):
         verdict = PLAN[card.id][1]
         run = self._train(card, parent_dir, out_dir, run_key, PLAN[card.id][2] * 0.2, "trial")
         return TrialResult(verdict=verdict, delta_val=PLAN[card.id][2] * 0.2, retention_deltas={"ifeval.prompt_strict": 0.0},
@@ -148,55 +152,19 @@ class FakePorts:
         d = child["sql/target"].metrics["exec_acc"] - initial["sql/target"].metrics["exec_acc"]
         return {"CAN": d, "CAN/C1": d, "WILL": None}
 
-    def target_metric(self, card):
-        return "sql/target.exec_acc"
-
     def observation(self, entry, event, parent, stage):
-        gain = event.metrics.get("gain.sql/target.exec_acc", event.metrics.get("trial.delta_val", 0.0))
+        gain = event.target_gain if event.target_gain is not None else (event.trial_delta or 0.0)
         return bf.record(entry.record.card.id, delta=gain, seed=(event.episode_id, event.seq))
 
     def propose(self, library):
         return []
 
 
-class FakeLedger:
-    """Append-only JSONL ledger, idempotent on (episode, key)."""
+def ledger_rows(run_dir: Path) -> list[dict]:
+    """The real ledger's charges of the fake episode, as {"key", "h"} rows."""
+    from trainers.ledger import Ledger
 
-    def __init__(self, path: Path):
-        self.path = path
-
-    def rows(self) -> list[dict]:
-        return [json.loads(x) for x in self.path.read_text().splitlines()] if self.path.exists() else []
-
-    def charge(self, episode_id, key, device_hours, wall_seconds, what):
-        if any(r["episode"] == episode_id and r["key"] == key for r in self.rows()):
-            return
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"episode": episode_id, "key": key, "h": device_hours, "what": what}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def spent(self, episode_id):
-        return sum(r["h"] for r in self.rows() if r["episode"] == episode_id)
-
-
-class FakeAudit:
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
-
-    def _append(self, name: str, key: str, body: str) -> None:
-        path = self.run_dir / name
-        lines = path.read_text().splitlines() if path.exists() else []
-        if any(json.loads(x)["key"] == key for x in lines):
-            return
-        with open(path, "a") as f:
-            f.write(json.dumps({"key": key, "body": body}) + "\n")
-
-    def decision(self, decision, record, context, episode):
-        self._append("decisions.jsonl", decision.decision_hash, canonical_json(decision))
-
-    def outcome(self, event, trial_verdict):
-        self._append("outcomes.jsonl", str(event.seq), canonical_json(event))
+    return [{"key": r["key"], "h": r["device_hours"]} for r in Ledger(str(run_dir / "ledger.sqlite")).charges("E-fake")]
 
 
 class KillingBank:
@@ -226,38 +194,46 @@ class KillingBank:
         return self.bank.consolidate(episode_id)
 
 
-def library_bank(path: Path) -> Bank:
-    """A bank whose current library lists the PLAN's cards in order."""
+def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
+    """A bank whose current library lists these cards (the PLAN's by default) in order."""
     if path.exists():
         return Bank.open(path)
     bank = Bank.init(path)
-    bank.import_records([bf.record(cid, seed=cid) for cid in PLAN], library_note="fake seed library")
+    bank.import_records([bf.record(cid, seed=cid) for cid in cards], library_note="fake seed library")
     return bank
 
 
-def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5):
+def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
+             fallback_lease: int = 1, cards=tuple(PLAN), ports=None):
+    from agent.config import RunConfig
+    from agent.episode import RunAudit
+    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
+    from agent.rundir import RunDir
     from agent.state import Ctx, Entry
+    from trainers.ledger import Ledger
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    bank = library_bank(run_dir / "bank.sqlite")
+    rd = RunDir(run_dir)
+    bank = library_bank(run_dir / "bank.sqlite", cards)
     base = run_dir / "base"
     base_sha = _write_model(str(base), 40.0)
-    frozen = run_dir / "manifest.json"  # a resumed episode reads the manifest it froze, never the bank's head
-    if not frozen.exists():
-        frozen.write_text(json.dumps({
-            "budget_device_hours": budget_h, "trial_fraction": 0.2, "fallback_lease": 1,
-            "cost": {"mode": "nominal", "devices": 1, "eval_device_hours": 0.25},
-            "stop": {"max_consecutive_rejections": max_rejections, "max_candidates": None},
-            "initial": {"dir": str(base), "sha256": base_sha}, "library_version": bank.current_library_version(),
-            "episode_id": "E-fake", "config": {"bank": str(run_dir / "bank.sqlite")}}))
-    manifest = json.loads(frozen.read_text())
-    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest["library_version"])}
-    manifest_hash = content_hash(manifest)
+    if not rd.started():  # a resumed episode reads the manifest it froze, never the bank's head
+        cfg = RunConfig(policy=policy, bank=str(run_dir / "bank.sqlite"), world="test", fallback_lease=fallback_lease,
+                        max_consecutive_rejections=max_rejections)
+        rd.freeze(build_manifest(
+            episode_id="E-fake", config=cfg.model_dump(mode="json"), budget_h=budget_h,
+            initial=ModelAt(dir=str(base), sha256=base_sha),
+            world=WorldId(size="test", recipe_sha256=bf.sha("recipe"), chat_template_sha256=bf.sha("tpl")),
+            library_version=bank.current_library_version(), candidate_hashes=[], evaluators=Evaluators(
+                suites=("sql/target", "ifeval"), eval_protocol="fake-eval", backend="transformers", n=1, batch_size=1,
+                seed=0), datasets={}, allowlist={}))
+    manifest = rd.manifest()
+    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
     episode_id = "E-fake"
-    bank.start_episode(episode_id, manifest_hash, manifest["library_version"])
-    ctx = Ctx(run_dir=run_dir, episode_id=episode_id, manifest=manifest, entries=entries, ports=FakePorts(run_dir),
-              bank=KillingBank(bank), ledger=FakeLedger(run_dir / "ledger.jsonl"), audit=FakeAudit(run_dir))
-    initial = {"episode_id": episode_id, "manifest_hash": manifest_hash, "cursor": 0, "seq": 0, "stage": 0,
+    bank.start_episode(episode_id, manifest.manifest_hash, manifest.library_version)
+    ctx = Ctx(rundir=rd, episode_id=episode_id, manifest=manifest, entries=entries, ports=ports or FakePorts(run_dir),
+              bank=KillingBank(bank), ledger=Ledger(str(rd.ledger_file)), audit=RunAudit(rd, manifest))
+    initial = {"episode_id": episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0, "stage": 0,
                "parent_dir": str(base), "parent_sha": base_sha, "spent_h": 0.0, "consecutive_rejections": 0,
                "proposals_authorized": 0, "leases_used": 0, "stop_reason": ""}
     return ctx, initial, bank

@@ -26,7 +26,7 @@ def test_select_stop_rules(tmp_path):
     assert nodes.select(_state(initial, ctx), rt)["candidate_id"] == "S01"
     assert nodes.select(_state(initial, ctx, consecutive_rejections=2), rt)["stop_reason"] == "consecutive_rejections"
     assert nodes.select(_state(initial, ctx, cursor=len(ctx.entries)), rt)["stop_reason"] == "candidates_exhausted"
-    ctx.ledger.charge(ctx.episode_id, "x", 1.0, 0.0, "spend it all")
+    ctx.ledger.charge(ctx.episode_id, "x", kind="test", device_hours=1.0, wall_seconds=0.0, detail="spend it all")
     assert nodes.select(_state(initial, ctx), rt)["stop_reason"] == "budget_exhausted"
     bank.close()
 
@@ -53,7 +53,7 @@ def test_train_twice_trains_and_charges_once(tmp_path):
     assert first == second and first["train_status"] == "done"
     calls = [json.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert [c["phase"] for c in calls] == ["start", "done"]
-    assert len(ctx.ledger.rows()) == 1
+    assert len(ctx.ledger.charges(ctx.episode_id)) == 1
     bank.close()
 
 
@@ -65,7 +65,7 @@ def test_run_that_cannot_fit_is_not_started(tmp_path):
     s |= nodes.authorize(s, rt)
     out = nodes.train(s, rt)
     assert out["train_status"] == "not_started" and nodes.after_train(s | out) == "commit"
-    assert not (tmp_path / "calls.jsonl").exists() and ctx.ledger.rows() == []
+    assert not (tmp_path / "calls.jsonl").exists() and ctx.ledger.charges(ctx.episode_id) == []
     bank.close()
 
 

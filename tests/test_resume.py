@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from experience_bank.bank import Bank
-from test_graph_fakes import run_fake
+from test_graph_fakes import ledger_rows, run_fake
 
 SCRIPT = Path(__file__).with_name("test_graph_fakes.py")
 POINTS = ["decided:S02", "trial:S02:mid", "trial:S02:done", "train:S02:mid", "train:S06:done", "promote",
@@ -32,7 +32,7 @@ def _summary(run_dir: Path):
     with Bank.open(run_dir / "bank.sqlite") as bank:
         events = [(e.seq, e.candidate_id, e.outcome, e.cost_device_hours, e.reason) for e in bank.events("E-fake")]
         problems = bank.verify()
-    ledger = sorted((r["key"][:80], r["h"]) for r in map(json.loads, (run_dir / "ledger.jsonl").read_text().splitlines()))
+    ledger = sorted((r["key"][:80], r["h"]) for r in ledger_rows(run_dir))
     calls = [json.loads(x) for x in (run_dir / "calls.jsonl").read_text().splitlines()]
     done = [c["key"] for c in calls if c["phase"] == "done"]
     audit = [len((run_dir / f).read_text().splitlines()) for f in ("decisions.jsonl", "outcomes.jsonl")]

@@ -93,6 +93,10 @@ class CostModel:
         (nu = continue) pays only the remaining steps."""
         return run_hours(card.budget.device_hours, card.budget.steps - continued_steps, card.budget.steps)
 
+    def estimate_eval(self, n_evaluations: int) -> float:
+        """Device-hours `n_evaluations` evaluations (one model, one split, all suites) will cost."""
+        return n_evaluations * self.eval_device_hours
+
     def run_charge(self, card: CandidateCard, result: TrainResult) -> float:
         """Device-hours a finished run is charged: the steps it ran (a continuation's exclude
         the trial's prefix, which the trial paid for; a crash-resumed run pays for all, once)."""

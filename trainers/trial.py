@@ -28,7 +28,7 @@ from pathlib import Path
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard
-from experience_bank.results import TrainResult, TrialResult
+from experience_bank.results import SuiteResult, TrainResult, TrialResult
 from trainers.run import train
 from trainers.sanity import failed_checks
 from trainers.steps import MAX_TRIAL_FRACTION, trial_steps
@@ -89,3 +89,39 @@ def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
                          reasons=reasons, train=run)
     write_atomic(saved, result.model_dump_json(indent=2))  # a crash leaves the trial unmeasured, never half-written
     return result
+
+
+def measurement(child: Mapping[str, SuiteResult], parent: Mapping[str, SuiteResult],
+                initial: Mapping[str, SuiteResult], *, target: str, retention: Sequence[str],
+                max_unparseable_share: float) -> tuple[float, dict[str, float], list[str]]:
+    """(Delta_val, retention deltas vs the initial parent, hard failures) of a trial checkpoint.
+
+    Fail closed (BCIT.md §5: Pass needs no format / parse / execution failure): a missing
+    suite, an UNKNOWN metric (an evaluator error) or a target suite whose unparseable share
+    exceeds the gate's limit is a hard failure, so the verdict is Fail with that reason; the
+    episode goes on. A delta that cannot be measured is reported as 0.0 beside the failure."""
+    hard: list[str] = []
+
+    def value(results: Mapping[str, SuiteResult], key: str, role: str) -> float | None:
+        suite, _, metric = key.partition(".")
+        if suite not in results:
+            hard.append(f"{role} has no {suite} results")
+            return None
+        v = results[suite].metrics.get(metric)
+        if v is None:
+            hard.append(f"{role} {key} is UNKNOWN (an evaluator error)")
+        return v
+
+    c, p = value(child, target, "child"), value(parent, target, "parent")
+    delta = c - p if None not in (c, p) else 0.0
+    deltas = {}
+    for key in retention:
+        c, i = value(child, key, "child"), value(initial, key, "initial")
+        if None not in (c, i):
+            deltas[key] = c - i
+    suite = target.partition(".")[0]
+    if suite in child and child[suite].items:
+        share = child[suite].n_unparseable / len(child[suite].items)
+        if share > max_unparseable_share + 1e-9:
+            hard.append(f"{suite}: {share:.0%} of outputs unparseable (limit {max_unparseable_share:.0%})")
+    return delta, deltas, hard

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from experience_bank.errors import BadInput
 
-FAMILIES = ("finance", "sql", "function")
+from experience_bank.families import FAMILIES
 
 GATE_EXAMPLE = """example:
   agent gate --initial models/base --parent models/base --child runs/E1/s0/train \\
@@ -63,12 +63,11 @@ def _raw():
 
 
 def gate_config_for(run) -> "GateConfig":  # noqa: F821 - imported lazily
-    """The gate's frozen config from a RunConfig (one min gain and one kappa for every family)."""
-    from policies.gate import GateConfig
+    """The gate's frozen config from a RunConfig (policies.gate.uniform_gate_config owns the rule)."""
+    from policies.gate import uniform_gate_config
 
-    return GateConfig(ifeval_max_drop_pp=run.gate_ifeval_drop_pp, alpha=run.gate_alpha,
-                      min_gain_pp={f: run.gate_min_gain_pp for f in FAMILIES},
-                      kappa={f: run.gate_kappa_pp for f in FAMILIES})
+    return uniform_gate_config(ifeval_max_drop_pp=run.gate_ifeval_drop_pp, min_gain_pp=run.gate_min_gain_pp,
+                               kappa_pp=run.gate_kappa_pp, alpha=run.gate_alpha)
 
 
 def family_targets(target: str, extra: list[str]) -> dict[str, str]:

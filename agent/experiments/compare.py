@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from policies.stats import paired_t_interval, sign_flip_test
+from experience_bank.families import family_targets
+from agent.rundir import RunDir
 
-TARGET_METRICS = {"finance": "finance/target.f1", "sql": "sql/target.exec_acc",
-                  "function": "function/target.ast_acc"}
 """Primary metric of each target task (evaluators/scoring/suites.py)."""
 IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
 PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "initial.sha256")
@@ -45,60 +45,54 @@ PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "
 # --- reading one episode -------------------------------------------------------------------
 
 
-def _adoption_metrics(run_dir: Path, sha: str) -> dict[str, float]:
+def _adoption_metrics(run: RunDir, sha: str) -> dict[str, float]:
     """Flat `suite.metric` values of one model's adoption evaluation ({} when not recorded)."""
-    path = run_dir / "evals" / f"{sha[:16]}-adoption" / "results.json"
-    if not path.exists():
+    if not run.has_evaluation(sha, "adoption"):
         return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {f"{s}.{k}": v for s, r in data.items() for k, v in r["metrics"].items() if v is not None}
+    return {f"{s}.{k}": v for s, r in run.evaluation(sha, "adoption").items() for k, v in r.metrics.items()
+            if v is not None}
 
 
-def _events(manifest: dict) -> list[dict]:
+def _events(manifest) -> list[dict]:
     """The episode's executed events, from its own bank's hash-chained history (the run
     directory's outcomes.jsonl holds audit outcome cells, not events)."""
     from experience_bank.bank import Bank
 
-    with Bank.open(manifest["config"]["bank"]) as bank:
-        return [e.model_dump(mode="json") for e in bank.events(manifest["episode_id"])]
+    with Bank.open(manifest.config["bank"]) as bank:
+        return [e.model_dump(mode="json") for e in bank.events(manifest.episode_id)]
 
 
-def _manifest_value(manifest: dict, dotted: str) -> Any:
-    value: Any = manifest
+def _manifest_value(manifest, dotted: str) -> Any:
+    value: Any = manifest.model_dump(mode="json")
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return value
 
 
 def _targets(metrics: dict[str, float]) -> dict[str, float]:
-    return {fam: metrics[key] for fam, key in TARGET_METRICS.items() if key in metrics}
+    return {fam: metrics[key] for fam, key in family_targets().items() if key in metrics}
 
 
 def _authorized(event: dict) -> bool:
-    """A full run was authorized: direct Train, or a trial that let the candidate go on."""
-    if event["action"] == "train":
-        return True
-    ran_trial = any(k.startswith("trial.") for k in event["metrics"])
-    return event["action"] == "validate" and (event["outcome"] in ("promoted", "rolled_back") or (
-        event["outcome"] == "not_started" and ran_trial and "full run" in event["reason"]))
+    """A full run was authorized: it ran, or the decision allowed it and only the budget refused it."""
+    return event["full_run"] in ("ran", "refused")
 
 
 def read_episode(run_dir: Path) -> dict[str, Any]:
     """The recorded results of one finished episode as a plain EpisodeResult dict."""
-    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    run = RunDir(run_dir)
+    manifest = run.manifest()
     events = sorted(_events(manifest), key=lambda e: e["seq"])
-    initial_sha = manifest["initial"]["sha256"]
-    parent = _adoption_metrics(run_dir, initial_sha)
+    parent = _adoption_metrics(run, manifest.initial.sha256)
     initial = dict(parent)
     hours, trajectory = 0.0, [[0.0, _targets(parent)]]
     for e in events:
         hours += e["cost_device_hours"]
         if e["outcome"] == "promoted":
-            verdict = json.loads((run_dir / "steps" / e["decision"]["decision_hash"][:16] / "verdict.json").read_text())
-            parent = _adoption_metrics(run_dir, verdict["child_sha256"])
+            parent = _adoption_metrics(run, run.verdict(e["decision"]["decision_hash"]).child_sha256)
         trajectory.append([round(hours, 9), _targets(parent)])
     return {
-        "run_dir": str(run_dir), "budget_h": float(manifest["budget_device_hours"]),
+        "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
         "families": sorted(_targets(initial)),
         "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
         "endpoint": _targets(parent), "initial": _targets(initial),
@@ -223,7 +217,7 @@ def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, confi
     argv += ["--episode-budget", budget] if budget else []
     argv += ["--config", config] if config else []
     # A started episode (its manifest is frozen) is resumed; otherwise `agent run --out` starts it.
-    argv += ["--resume", str(run_dir)] if (run_dir / "manifest.json").exists() else ["--out", str(run_dir)]
+    argv += ["--resume", str(run_dir)] if RunDir(run_dir).started() else ["--out", str(run_dir)]
     return argv
 
 

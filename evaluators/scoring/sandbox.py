@@ -80,14 +80,15 @@ class _Worker:
         proc, self.proc = self.proc, None
         if kill:  # not proc.kill(): it polls first, and a poll would reap the worker before wait4 can
             os.kill(proc.pid, signal.SIGKILL)  # still our unreaped child, so the pid cannot be reused
-        _, status, usage = os.wait4(proc.pid, 0)
+        _, status, _ = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so Popen must not wait again
         try:
             proc.stdin.close()
         except BrokenPipeError:  # unsent bytes of a request to a dead worker; the fd is closed anyway
             pass
         proc.stdout.close()
-        self.counts["peak_rss_kb"] = max(self.counts["peak_rss_kb"], usage.ru_maxrss)
+        # not usage.ru_maxrss: Linux carries it across exec, so it holds the parent's forked image;
+        # the peak is what the worker itself reported from /proc (a killed worker's last reply)
         return proc.returncode
 
     def _send(self, data: bytes) -> None:

@@ -144,7 +144,14 @@ def _answer(request: dict) -> bytes:
         line = encode({"status": "limit", "rows": None, "message": f"result over {MAX_REPLY_BYTES} bytes"})
     # the peak is read after encoding so that it counts the reply's own memory; spliced into
     # the object's closing brace rather than encoding a large reply twice
-    return line[:-2] + b', "peak_rss_kb": %d}\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return line[:-2] + b', "peak_rss_kb": %d}\n' % _peak_rss_kb()
+
+
+def _peak_rss_kb() -> int:
+    # VmHWM is this address space's own high-water mark. ru_maxrss is not: Linux carries it
+    # across exec, so a worker spawned from a 900 MB parent would report the parent's fork.
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
 def serve(stdin=sys.stdin.buffer, stdout=sys.stdout.buffer) -> None:

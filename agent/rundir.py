@@ -1,0 +1,149 @@
+"""RunDir: the one piece of code that knows a run directory's layout.
+
+    runs/ID/manifest.json            the frozen, hashed Manifest (agent/manifest.py)
+    runs/ID/parent.json              the promotion pointer with its rollback target (agent/promotion.py)
+    runs/ID/ledger.sqlite            every charge, once (trainers/ledger.py)
+    runs/ID/decisions.jsonl          the hash-chained decision ledger (policies/audit.py)
+    runs/ID/outcomes.jsonl           one OutcomeCell per decision that ran (policies/audit.py)
+    runs/ID/proposals.json           the LLM's frozen answer (agent/proposer.py)
+    runs/ID/filtered.json            candidates the executability filter dropped, with reasons
+    runs/ID/checkpoints.sqlite       LangGraph's checkpoints (resume)
+    runs/ID/evals/<sha16>-<split>/   raw generations, results.json and wall.json of one model on one split
+    runs/ID/steps/<NNN>-decision.json  the frozen decision of the NNN-th candidate
+    runs/ID/steps/<hash16>/          one decision's trial.json, train.json, verdict.json and checkpoints
+    runs/ID/report.md, report.html   the report
+
+The loop, the report, `agent compare` and `agent runs` read runs through this type; none of
+them spells a path of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from experience_bank.errors import BadInput
+from experience_bank.files import write_atomic
+from experience_bank.hashing import canonical_json
+from experience_bank.records import parse_model
+from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
+from agent.manifest import Manifest, parse_manifest
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory (it need not exist yet)."""
+
+    path: Path
+
+    @property
+    def episode_id(self) -> str:
+        return self.path.name
+
+    # --- files at the top --------------------------------------------------------------
+    @property
+    def manifest_file(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def parent_file(self) -> Path:
+        return self.path / "parent.json"
+
+    @property
+    def ledger_file(self) -> Path:
+        return self.path / "ledger.sqlite"
+
+    @property
+    def decisions_file(self) -> Path:
+        return self.path / "decisions.jsonl"
+
+    @property
+    def outcomes_file(self) -> Path:
+        return self.path / "outcomes.jsonl"
+
+    @property
+    def proposals_file(self) -> Path:
+        return self.path / "proposals.json"
+
+    @property
+    def filtered_file(self) -> Path:
+        return self.path / "filtered.json"
+
+    @property
+    def checkpoints_file(self) -> Path:
+        return self.path / "checkpoints.sqlite"
+
+    @property
+    def report_md(self) -> Path:
+        return self.path / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.path / "report.html"
+
+    def started(self) -> bool:
+        """Whether an episode was frozen here (its manifest exists)."""
+        return self.manifest_file.is_file()
+
+    # --- the manifest ------------------------------------------------------------------
+    def freeze(self, manifest: Manifest) -> None:
+        """Write the manifest once (atomically); a second write must be byte-identical."""
+        text = canonical_json(manifest.model_dump(mode="json"))
+        if self.manifest_file.exists():
+            if self.manifest_file.read_text(encoding="utf-8") != text:
+                raise BadInput(f"{self.manifest_file} already holds another manifest: use a new --out or --resume it")
+            return
+        write_atomic(self.manifest_file, text)
+
+    def manifest(self) -> Manifest:
+        """The frozen manifest, its hash checked; BadInput when missing or damaged."""
+        if not self.manifest_file.is_file():
+            raise BadInput(f"{self.path} has no manifest.json: it is not a run directory (a run killed in its first "
+                           "seconds has none: run the original command again instead of --resume)")
+        try:
+            text = self.manifest_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{self.manifest_file} cannot be read ({type(exc).__name__}): restore it or start a new run") from None
+        return parse_manifest(text, str(self.manifest_file))
+
+    # --- evaluations -------------------------------------------------------------------
+    def eval_dir(self, model_sha: str, split: str) -> Path:
+        return self.path / "evals" / f"{model_sha[:16]}-{split}"
+
+    def has_evaluation(self, model_sha: str, split: str) -> bool:
+        return (self.eval_dir(model_sha, split) / "results.json").is_file()
+
+    def evaluation(self, model_sha: str, split: str) -> dict[str, SuiteResult]:
+        """Stored suite results of one model on one split."""
+        text = (self.eval_dir(model_sha, split) / "results.json").read_text(encoding="utf-8")
+        return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
+
+    def write_evaluation(self, model_sha: str, split: str, results: dict[str, SuiteResult], wall_s: float) -> None:
+        out = self.eval_dir(model_sha, split)
+        write_atomic(out / "wall.json", json.dumps({"wall_seconds": round(wall_s, 3)}))
+        write_atomic(out / "results.json", canonical_json({k: v.model_dump(mode="json") for k, v in results.items()}))
+
+    def eval_wall(self, model_sha: str, split: str) -> float:
+        return json.loads((self.eval_dir(model_sha, split) / "wall.json").read_text())["wall_seconds"]
+
+    # --- decisions and their steps -----------------------------------------------------
+    def decision_file(self, cursor: int) -> Path:
+        return self.path / "steps" / f"{cursor:03d}-decision.json"
+
+    def step(self, decision_hash: str) -> Path:
+        """Where one decision's side effects keep their results."""
+        return self.path / "steps" / decision_hash[:16]
+
+    def trial(self, decision_hash: str) -> TrialResult | None:
+        return _read(self.step(decision_hash) / "trial.json", TrialResult)
+
+    def train(self, decision_hash: str) -> TrainResult | None:
+        return _read(self.step(decision_hash) / "train.json", TrainResult)
+
+    def verdict(self, decision_hash: str) -> GateVerdict | None:
+        return _read(self.step(decision_hash) / "verdict.json", GateVerdict)
+
+
+def _read(path: Path, cls):
+    return parse_model(cls, path.read_text(encoding="utf-8"), str(path)) if path.is_file() else None

@@ -1,0 +1,107 @@
+"""The guarantee behind "one owner per rule": for every policy, the decisions the real loop
+takes equal policies.audit's counterfactual walk over the same frozen inputs.
+
+The loop's nodes, the policy code, the ledger, the audit writer and the run directory are
+real; fakes stand only at the world / trainer / evaluator boundary: the compiler's features
+and each trial's verdict are drawn by hypothesis, a training run writes a fake model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.episode import drive
+from experience_bank.bank import Bank
+from policies import POLICIES
+from policies.audit import Cell, read_outcomes, walk
+from policies.features import features_from_row
+from test_graph_fakes import FakePorts, make_ctx
+
+SCORE = st.sampled_from([0.0, 0.5, 1.0])
+
+
+@st.composite
+def candidate(draw, i: int) -> dict:
+    new = draw(st.booleans()) if i % 3 == 2 else False
+    grade = None if new else draw(st.sampled_from(["A", "B", "C"]))
+    return {"id": f"S{i:02d}", "grade": grade, "is_new": new,
+            "delta_src": None if new else draw(st.sampled_from([-2.0, 0.0, 3.0, 6.0, 10.0])),
+            "kappa": None if new else 10.0, "family": draw(SCORE), "data": draw(SCORE), "runtime": 1.0,
+            "parent": draw(SCORE), "protocol": 1.0, "H": draw(st.sampled_from([0, 0, 0, 1])),
+            "nu": draw(st.sampled_from(["continue", "restart", "none"])),
+            "chi": 1 if grade == "A" and draw(st.booleans()) else 0, "conflicted": draw(st.booleans()) if grade == "A" else False}
+
+
+class DrawnPorts(FakePorts):
+    """FakePorts whose features and trial verdicts are the drawn ones."""
+
+    def __init__(self, run_dir, rows, verdicts, gains):
+        super().__init__(run_dir)
+        self.rows, self.verdicts, self.gains = rows, verdicts, gains
+
+    def compile(self, entry, ctx):
+        return features_from_row(self.rows[entry.record.card.id])
+
+    def trial(self, card, parent_dir, out_dir, run_key, measure):
+        from experience_bank.results import TrialResult
+
+        run = self._train(card, parent_dir, out_dir, run_key, self.gains[card.id] * 0.2, "trial")
+        return TrialResult(verdict=self.verdicts[card.id], delta_val=self.gains[card.id] * 0.2,
+                           retention_deltas={"ifeval.prompt_strict": 0.0}, reasons=("drawn",), train=run)
+
+    def train(self, card, parent_dir, out_dir, run_key, resume_from):
+        return self._train(card, parent_dir, out_dir, run_key, self.gains[card.id], "train")
+
+
+def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict):
+    run_dir = Path(tempfile.mkdtemp(prefix="loop-audit-"))
+    try:
+        cards = tuple(r["id"] for r in rows)
+        ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains)
+        ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
+                                      max_rejections=len(rows) + 1)
+        try:
+            drive(ctx, initial, run_dir / "checkpoints.sqlite")
+            events = bank.events("E-fake")
+        finally:
+            bank.close()
+        outcomes = read_outcomes(ctx.rundir.outcomes_file if ctx.rundir.outcomes_file.exists() else None)
+        return events, outcomes, ctx.manifest.policy.config
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy=st.sampled_from(sorted(POLICIES)), lease=st.integers(0, 2), data=st.data())
+def test_loop_decides_as_the_audit_walk_says(policy, lease, data):
+    n = data.draw(st.integers(3, 7), label="candidates")
+    rows = [data.draw(candidate(i), label=f"row{i}") for i in range(n)]
+    verdicts = {r["id"]: data.draw(st.sampled_from(["pass", "fail", "inconclusive"])) for r in rows}
+    gains = {r["id"]: data.draw(st.sampled_from([-3.0, 0.0, 4.0])) for r in rows}
+    events, outcomes, config = _episode(policy, lease, rows, verdicts, gains)
+    assert [e.candidate_id for e in events] == [r["id"] for r in rows]  # every candidate was decided
+
+    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
+                  outcomes.get(e.decision.decision_hash)) for e in events]
+    walked = walk(cells, policy, config)
+    assert [(e.action, e.decision.rule) for e in events] == [(w["action"], w["rule"]) for w in walked]
+    # after the trial: what the walk authorizes is exactly what the loop trained
+    for e, w in zip(events, walked):
+        if e.action != "reject":
+            assert (e.full_run == "ran") == bool(w["authorized"]), (e.candidate_id, e.outcome, w)
+
+
+def test_no_memory_spends_its_quota_in_the_loop(tmp_path):
+    """Six historical candidates under no_memory: three validate, then the quota is spent."""
+    rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
+             "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
+            for i in range(6)]
+    events, _, _ = _episode("no_memory", 1, rows, {r["id"]: "fail" for r in rows}, {r["id"]: 0.0 for r in rows})
+    assert [e.action for e in events] == ["validate"] * 3 + ["reject"] * 3
+    assert {e.decision.rule for e in events[3:]} == {"no_memory.quota_exhausted"}
