@@ -160,7 +160,10 @@ def verify_ledger(lines: list[dict]) -> tuple[list[str], list[Entry], str]:
     """(problems, parsed entries, head hash); any problem fails the audit."""
     problems, entries, prev = [], [], GENESIS
     for i, line in enumerate(lines):
-        found, entry = _problems(i, line, prev)
+        try:
+            found, entry = _problems(i, line, prev)
+        except (KeyError, TypeError, AttributeError, BadInput) as exc:  # a line that is not an entry at all
+            found, entry = [f"line {i}: not a decision-ledger entry ({type(exc).__name__}: {exc})"[:300]], None
         problems += found
         entries.append(entry)
         prev = line.get("entry_hash", "")

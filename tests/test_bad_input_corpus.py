@@ -371,3 +371,28 @@ def test_malformed_input_is_one_line_exit_2_and_writes_nothing(case, ok, tmp_pat
     assert len(lines) == 1 and lines[0].startswith("agent: error: "), err[-2000:]
     assert "Traceback" not in err and case.needle in lines[0], lines
     assert _snapshot(tmp_path) == before and _snapshot(ok) == ok_before
+
+
+LEDGER_SHAPES = {  # JSON objects that are not decision-ledger entries: the audit's answer is no (exit 1)
+    "empty-object": {}, "seq-only": {"seq": 0, "episode_id": "E1"}, "inputs-list": {"seq": 0, "inputs": [],
+                                                                                    "decision": {}},
+    "prev-null": {"seq": 0, "episode_id": "E", "prev_hash": None, "entry_hash": "0" * 64, "decision": {"x": 1},
+                  "inputs": {"record": None, "context": None, "features": {}, "config": {}, "state": {}}},
+    "decision-string": {"seq": 0, "episode_id": "E", "decision": "train", "inputs": {}},
+    "inputs-null": {"seq": 0, "episode_id": "E", "decision": {}, "inputs": None},
+    "features-garbage": {"seq": 0, "episode_id": "E", "decision": {}, "inputs": {
+        "record": None, "context": None, "features": {"S": "high"}, "config": {}, "state": {}}},
+}
+
+
+@pytest.mark.parametrize("command", ["audit", "replay"])
+@pytest.mark.parametrize("shape", list(LEDGER_SHAPES))
+def test_a_ledger_line_that_is_no_entry_is_a_named_problem(tmp_path, monkeypatch, capsys, command, shape):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "decisions.jsonl").write_text(json.dumps(LEDGER_SHAPES[shape]) + "\n")
+    before = _snapshot(tmp_path)
+    assert main([command, "run", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "not a decision-ledger entry" in captured.out
+    assert _snapshot(tmp_path) == before
