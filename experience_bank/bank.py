@@ -103,7 +103,7 @@ class Bank:
             self.db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self._migrate()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # not SQLite, or damaged text in its header
             conn.close()
             raise damaged(self.path, exc) from None
         except BaseException:
@@ -243,12 +243,15 @@ class Bank:
         return version
 
     def _entry_rows(self, version: int | None, card_id: str | None = None) -> list[LibraryEntry]:
-        sql = ("SELECT e.record_hash, r.body, e.conflicted, e.missing FROM library_entries e "
-               "JOIN records r ON r.hash = e.record_hash WHERE e.version = ?")
-        args: list = [self._version(version)]
-        if card_id is not None:
-            sql, args = sql + " AND r.card_id = ?", args + [card_id]
-        rows = self.db.execute(sql + " ORDER BY e.rowid", args)
+        if card_id is None:
+            sql = ("SELECT e.record_hash, r.body, e.conflicted, e.missing FROM library_entries e "
+                   "JOIN records r ON r.hash = e.record_hash WHERE e.version = ? ORDER BY e.rowid")
+            args: list = [self._version(version)]
+        else:  # CROSS JOIN fixes the order: the card's few records first, then each one's entry by key
+            sql = ("SELECT e.record_hash, r.body, e.conflicted, e.missing FROM records r CROSS JOIN library_entries e "
+                   "ON e.version = ? AND e.record_hash = r.hash WHERE r.card_id = ? ORDER BY e.rowid")
+            args = [self._version(version), card_id]
+        rows = self.db.execute(sql, args)
         return [LibraryEntry(h, parse_record(b), bool(c), tuple(json.loads(m))) for h, b, c, m in rows]
 
     def library_records(self, version: int | None = None) -> list[LibraryEntry]:

@@ -98,7 +98,7 @@ def _bank_checked(func):
         check_bank_file(args.bank)
         try:
             return func(args)
-        except sqlite3.DatabaseError as exc:  # a damaged page met after opening: one line, not a traceback
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # damaged after opening: one line
             raise damaged(args.bank, exc) from None
     return checked
 
