@@ -18,6 +18,7 @@ import sqlite3
 from pathlib import Path
 
 from experience_bank.errors import BadInput
+from experience_bank.hashing import loads_strict
 from evaluators.scoring import ifeval_check
 from evaluators.tasks.finance import render_answer
 from evaluators.tasks.function import render_tools
@@ -27,22 +28,33 @@ BIRD_LAYOUT = "<root>/dev.json and <root>/dev_databases/<db_id>/<db_id>.sqlite"
 BFCL_CATEGORIES = ("simple_python", "multiple")
 
 
-def _read_json(path: Path, layout: str):
+def _text(path: Path, layout: str) -> str:
     if not path.is_file():
         raise BadInput(f"{path} not found: expected {layout}")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}): expected {layout}") from None
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path} is not UTF-8 (byte {exc.start}): expected {layout}") from None
+
+
+def _read_json(path: Path, layout: str):
+    text = _text(path, layout)
+    try:  # loads_strict: also bounded (nesting, integer size), so no RecursionError from a hostile file
+        return loads_strict(text)
+    except BadInput as exc:
+        raise BadInput(f"{path}: {exc}; expected {layout}") from None
 
 
 def _jsonl(path: Path, layout: str) -> list[dict]:
-    if not path.is_file():
-        raise BadInput(f"{path} not found: expected {layout}")
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path} is not JSON lines ({exc.msg}, line {exc.lineno}): expected {layout}") from None
+    rows = []
+    for n, line in enumerate(_text(path, layout).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(loads_strict(line))
+        except BadInput as exc:
+            raise BadInput(f"{path} line {n}: {exc}; expected {layout}") from None
+    return rows
 
 
 def _item(item_id: str, prompt: str, ref: dict) -> dict:

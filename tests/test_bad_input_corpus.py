@@ -269,6 +269,16 @@ def cases() -> list[Case]:
     out += _file_cases("resume", json_doc(json.dumps({"episode_id": "ep", "config": {"seed": 0}}), "config") |
                        {"no-config": b'{"episode_id": "ep"}'}, ("run", "--resume", "{case}/ep", "--quiet"),
                        "ep/manifest.json")
+    parse_level = ("enc-", "empty", "truncated", "html", "comment", "single-quotes", "utf8-bom", "nan", "infinity",
+                   "1e999", "int-", "deep-", "surrogate-escape", "dup-key")
+    tatqa = {k: v for k, v in json_doc(json.dumps({"table": {"table": [["a"]]}}), "table").items()
+             if k.startswith(parse_level)}
+    out += _file_cases("eval-tatqa", tatqa, ("eval", "--model", "{ok}/parent", "--suite", "finance/target",
+                                             "--data", "{case}/tatqa.json", "--n", "2"), "tatqa.json")
+    prompt = json.dumps({"key": 1, "prompt": "Say hi", "instruction_id_list": [], "kwargs": []})
+    ifeval = {k: v for k, v in jsonl_doc(prompt, "key").items() if k.startswith(parse_level)}
+    out += _file_cases("eval-ifeval", ifeval, ("eval", "--model", "{ok}/parent", "--suite", "ifeval",
+                                               "--data", "{case}/input.jsonl", "--n", "2"), "input.jsonl")
     out += _bank_cases() + _model_cases() + _out_cases()
     return out
 

@@ -12,12 +12,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from agent.inputs import check_model_dir, check_out_dir, read_text
+from agent.inputs import check_model_dir, check_out_dir
 from experience_bank.errors import BadInput
 
 
 def check_inputs(args) -> None:
-    """What can be checked before a folder is made: the model folder, --out, --n, --data's encoding."""
+    """What can be checked before a folder is made: the model folder, --out, --n (the --data loaders
+    check their own files, evaluators/loaders.py)."""
     if args.n is not None and args.n < 1:
         raise BadInput(f"--n {args.n} must be at least 1")
     if args.batch_size < 1:
@@ -29,8 +30,6 @@ def check_inputs(args) -> None:
         check_model_dir(args.model, "--model")
     if args.out:
         check_out_dir(args.out)
-    if args.data and Path(args.data).is_file():
-        read_text(args.data, "--data file")  # a loader would stop at the first non-UTF-8 byte
 
 
 def eval_cmd(args) -> int:
@@ -38,6 +37,8 @@ def eval_cmd(args) -> int:
 
     check_inputs(args)
     items = {args.suite: loaders.for_suite(args.suite, args.data, args.split, args.n)} if args.data else None
+    if items is not None and not items[args.suite]:
+        raise BadInput(f"--data {args.data} holds no {args.suite} items for split {args.split}: give a file with items")
     out_dir = args.out or tempfile.mkdtemp(prefix="agent-eval-")
     try:
         results = evaluate(args.model, [args.suite], args.split, out_dir=out_dir, backend=args.backend,
