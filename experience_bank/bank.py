@@ -76,13 +76,13 @@ def damaged(path: str, exc: Exception) -> BadInput:
                     f"`sqlite3 {path} \"PRAGMA integrity_check\"` and restore it from a copy")
 
 
-def record_row(record: Record) -> dict:
+def record_row(record: Record, written_at: str | None = None) -> dict:
     """The stored row of a record: one model dump serves the body and the context hash."""
     plain = record.model_dump(mode="json")
     body = canonical_json(plain)
     source = sha256_text(canonical_json(plain["source"])) if isinstance(record, HistoricalRecord) else None
     return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
-            "source_hash": source, "body": body, "written_at": library.now()}
+            "source_hash": source, "body": body, "written_at": written_at or library.now()}
 
 
 class Bank:
@@ -171,6 +171,7 @@ class Bank:
         With `library_note`, the same transaction also creates a new library version holding
         the current version's records plus these."""
         facts: list = []
+        written_at = library.now()  # one transaction, one write time
 
         def rows() -> Iterator[dict]:
             # Streamed into one transaction: a bad item rolls it all back, and 1e6 bodies are
@@ -178,7 +179,7 @@ class Bank:
             for n, r in enumerate(records):
                 if not isinstance(r, (HistoricalRecord, Proposal)):
                     raise BadInput(f"item {n} is a {type(r).__name__}, not a HistoricalRecord or Proposal")
-                row = record_row(r)
+                row = record_row(r, written_at)
                 facts.append(fact_of(r, row["hash"], row["source_hash"]))
                 yield row
 
