@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -78,11 +80,17 @@ def _view(uri: str, run_dir: Path) -> dict:
             "spent": [m.value for m in c.get_metric_history(episode[0].info.run_id, "ledger.spent_h")]}
 
 
-def test_episode_is_mirrored_with_decisions_ledger_and_champion(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_dir = tmp_path / "E-fake"
+@pytest.fixture(scope="module")
+def episode(tmp_path_factory):
+    """One tracked fake episode (shared: the store is read, or restored to what it was)."""
+    tmp = tmp_path_factory.mktemp("tracked")
     said: list = []
-    final = tracked_fake(run_dir, uri, said)
+    final = tracked_fake(tmp / "E-fake", f"sqlite:///{tmp / 'mlflow.db'}", said)
+    return f"sqlite:///{tmp / 'mlflow.db'}", tmp / "E-fake", final, said
+
+
+def test_episode_is_mirrored_with_decisions_ledger_and_champion(episode):
+    uri, run_dir, final, said = episode
     assert said == [] and final["stage"] == 3
     v = _view(uri, run_dir)
     (ep,) = v["episode"]
@@ -111,12 +119,10 @@ def test_episode_is_mirrored_with_decisions_ledger_and_champion(tmp_path):
     assert {"manifest.json", "parent.json"} <= artifacts
 
 
-def test_second_sync_and_half_logged_run_log_nothing_twice(tmp_path):
+def test_second_sync_and_half_logged_run_log_nothing_twice(episode):
     from agent.tracking import CHAMPION
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_dir = tmp_path / "E-fake"
-    tracked_fake(run_dir, uri)
+    uri, run_dir, _, _ = episode
     v = _view(uri, run_dir)
     c = v["client"]
     # what a kill -9 can leave: a decision run not yet FINISHED, the alias not yet moved
