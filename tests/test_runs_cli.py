@@ -88,6 +88,16 @@ def test_runs_ls_states_spend_and_promotions(tmp_path, capsys):
     assert done.name in table[1]
 
 
+def test_a_damaged_run_is_listed_as_unreadable_beside_the_others(tmp_path, capsys):
+    _episode(tmp_path, "ep-1", policy="bcit", charges=[1.0], promote=False, report=True)
+    bad = _episode(tmp_path, "ep-2", policy="bcit", charges=[], promote=False, report=False)
+    (bad / "parent.json").write_text("{not json")
+    assert main(["runs", "ls", "--runs", str(tmp_path), "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["ep-1"]["state"] == "finished" and rows["ep-2"]["state"] == "unreadable"
+    assert "not valid JSON" in rows["ep-2"]["error"]
+
+
 def test_a_second_process_cannot_run_a_held_episode(tmp_path):
     from agent.runlock import hold, running
     from experience_bank.errors import BadInput

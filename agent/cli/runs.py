@@ -3,7 +3,8 @@
 State, from what the run directory holds:
 - running: a live process holds its lock (agent/runlock.py);
 - finished: its report exists (the report is the loop's last node: agent.experiments.compare.finished);
-- killed: neither, but its manifest is frozen: `agent run --resume ID` finishes it.
+- killed: neither, but its manifest is frozen: `agent run --resume ID` finishes it;
+- unreadable: a damaged manifest, pointer or ledger (the row names the error).
 A folder without a manifest is not an episode and is not listed.
 """
 
@@ -65,7 +66,19 @@ def list_runs(folder: Path) -> list[dict[str, Any]]:
     if not folder.is_dir():
         raise BadInput(f"runs folder {folder} not found: pass --runs DIR (the folder that holds runs/ID directories)")
     dirs = [d for d in folder.iterdir() if (d / "manifest.json").is_file()]
-    return [describe(d) for d in sorted(dirs, key=lambda d: ((d / "manifest.json").stat().st_mtime, d.name))]
+    return [_row(d) for d in sorted(dirs, key=lambda d: ((d / "manifest.json").stat().st_mtime, d.name))]
+
+
+def _row(run_dir: Path) -> dict[str, Any]:
+    """describe(), or a row that names what is damaged: one bad run must not hide the others."""
+    from experience_bank.errors import BadInput  # noqa: PLC0415
+
+    try:
+        return describe(run_dir)
+    except (BadInput, OSError, ValueError, KeyError) as exc:
+        return {"id": run_dir.name, "state": "unreadable", "policy": "-", "world": "-", "spent_h": 0.0,
+                "budget_h": 0.0, "promotions": 0, "path": str(run_dir), "resume": None,
+                "error": f"{type(exc).__name__}: {exc}"[:200]}
 
 
 def cmd_ls(args) -> int:
@@ -80,6 +93,6 @@ def cmd_ls(args) -> int:
     print(f"{'episode':<{width}}  {'state':<8}  {'policy':<14}  {'spent / budget h':>17}  promotions")
     for r in rows:
         spend = f"{r['spent_h']:.2f} / {r['budget_h']:g}"
-        note = f"   resume: {r['resume']}" if r["resume"] else ""
+        note = f"   resume: {r['resume']}" if r["resume"] else (f"   {r['error']}" if "error" in r else "")
         print(f"{r['id']:<{width}}  {r['state']:<8}  {r['policy']:<14}  {spend:>17}  {r['promotions']:>10}{note}")
     return 0
