@@ -165,6 +165,21 @@ def test_a_tracker_that_is_down_warns_once_and_the_episode_goes_on(tmp_path):
     assert json.loads((tmp_path / "E-fake" / "parent.json").read_text())["promotions"] == 3
 
 
+def test_no_tracking_writes_no_store_but_holds_the_run_lock(tmp_path, monkeypatch):
+    from agent.runlock import running
+    from agent.tracking import tracked
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ctx, initial, bank = fakes.make_ctx(tmp_path / "E-fake")
+    try:
+        with tracked(ctx, enabled=False, uri=None) as tracker:
+            assert tracker is None and running(tmp_path / "E-fake")
+        assert not running(tmp_path / "E-fake")
+    finally:
+        bank.close()
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlartifacts").exists()
+
+
 def test_tracking_uri_precedence(tmp_path, monkeypatch):
     from agent.tracking import tracking_uri
 
