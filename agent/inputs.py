@@ -146,33 +146,57 @@ def check_model_dir(path: str | Path, flag: str) -> None:
     config = read_json(folder / "config.json", f"{flag} model config")
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise BadInput(f"{flag} {path}/config.json has no model_type: give a folder saved by save_pretrained")
-    _check_config(folder, flag)
+    model_config = _check_config(folder, flag)
     weights = sorted(folder.glob("*.safetensors"))
     if not weights:
         raise BadInput(f"{flag} {path} holds no *.safetensors weights: give a folder saved by save_pretrained")
+    shapes = {}
     for file in weights:
-        _check_safetensors(file, flag)
+        shapes |= _check_safetensors(file, flag)
+    _check_shapes(folder, model_config, shapes, flag)
 
 
-def _check_config(folder: Path, flag: str) -> None:
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _check_config(folder: Path, flag: str):
     from transformers import AutoConfig
 
     try:
-        AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        return AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"{flag} {folder}/config.json cannot be loaded by transformers ({first}): "
+        raise BadInput(f"{flag} {folder}/config.json cannot be loaded by transformers ({_first_line(exc)}): "
                        "give a folder saved by save_pretrained") from None
 
 
-def _check_safetensors(file: Path, flag: str) -> None:
+def _check_safetensors(file: Path, flag: str) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, from the file's header (no tensor data is read)."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(file), framework="pt") as f:
-            list(f.keys())
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     except (SafetensorError, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"{flag} weights {file} cannot be read ({first}): re-save the model with save_pretrained") \
-            from None
+        raise BadInput(f"{flag} weights {file} cannot be read ({_first_line(exc)}): re-save the model with "
+                       "save_pretrained") from None
 
+
+def _check_shapes(folder: Path, model_config, shapes: dict[str, tuple[int, ...]], flag: str) -> None:
+    """Every stored tensor the architecture also has must have the architecture's shape (transformers
+    refuses a mismatch only while loading, after a trainer has made its run folder). The model is
+    built on the meta device: no memory, no weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(model_config).state_dict().items()}
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise BadInput(f"{flag} {folder}: transformers cannot build a causal LM from config.json "
+                       f"({_first_line(exc)}): give a causal language model folder") from None
+    for name, shape in sorted(shapes.items()):
+        if name in expected and expected[name] != shape:
+            raise BadInput(f"{flag} {folder}: tensor {name} has shape {list(shape)} but config.json implies "
+                           f"{list(expected[name])}: config.json and the weights are from different models")

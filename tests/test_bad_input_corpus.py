@@ -181,7 +181,7 @@ YAML_CASES = {
 
 MODEL_FOLDERS = ("no-config", "config-latin1", "config-not-json", "config-list", "config-no-model-type",
                  "config-unknown-arch", "weights-garbage", "weights-empty", "weights-truncated", "no-weights",
-                 "weights-huge-header")
+                 "weights-huge-header", "config-shape-mismatch", "config-not-causal-lm")
 
 BANK_FILES = {"zero-bytes": b"", "text": b"hello, I am not a bank\n", "random": bytes(range(256)) * 16,
               "header-then-garbage": b"SQLite format 3\x00" + bytes(range(256)) * 16}
@@ -231,6 +231,10 @@ def _model_folder(case: Path, kind: str, ok: Path) -> None:
         weights.write_bytes(weights.read_bytes()[:200])
     elif kind == "no-weights":
         weights.unlink()
+    elif kind == "config-shape-mismatch":
+        config.write_text(json.dumps(json.loads(config.read_text()) | {"intermediate_size": 96}))
+    elif kind == "config-not-causal-lm":
+        config.write_text(json.dumps({"model_type": "vit", "image_size": 32, "patch_size": 8}))
     elif kind == "weights-huge-header":
         weights.write_bytes((10**12).to_bytes(8, "little") + b"{}")
 
