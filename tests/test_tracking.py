@@ -138,6 +138,7 @@ def test_second_sync_and_half_logged_run_log_nothing_twice(episode):
     assert again["spent"] == v["spent"]
 
 
+@pytest.mark.slow  # two processes of the whole loop (about 8 s); the resync test covers the same keys quickly
 def test_kill_9_then_resume_registers_each_promotion_once(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_dir = tmp_path / "E-fake"
