@@ -129,7 +129,10 @@ def _dedupe(lines: list[str]) -> list[str]:
 
 def _unanchored(db: Database, versions: set[int], logged_n: dict[str, int]) -> list[str]:
     notes = []
-    newer = [v for (v,) in db.execute("SELECT version FROM library_versions ORDER BY version") if v not in versions]
+    # A logged head anchors its version and, through the chain, every earlier one.
+    newest = max(versions, default=-1)
+    newer = [v for (v,) in db.execute("SELECT version FROM library_versions WHERE version > ? ORDER BY version",
+                                      [newest])]
     if newer:
         notes.append(f"library versions {newer} are not in the head log (written after its last line): not anchored")
     for (ep,) in db.execute("SELECT episode_id FROM episodes ORDER BY rowid").fetchall():

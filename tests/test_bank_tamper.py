@@ -319,8 +319,27 @@ def test_a_schema_4_bank_is_upgraded_and_anchored(tmp_path):
         assert [e.hash for e in bank.library_records()] == [row["hash"]]
         assert bank.db.execute("SELECT kind FROM journal ORDER BY n").fetchall() == [("decision",), ("event",)]
         bank.append_event(event(seq=1, metric=2.0))
-        assert bank.verify(against=heads.log_path(path)) == []
+        report = bank.check(against=heads.log_path(path))
+        assert report.problems == [] and report.notes == []  # the upgrade anchored what was there
     copy = tmp_path / "copy.sqlite"
     shutil.copy(path, copy)
     with Bank.open(copy) as bank:  # a copied bank without its log: internal checks only, said so
         assert bank.check().problems == []
+
+
+def test_deep_finds_a_body_that_does_not_reserialise(tmp_path, capsys):
+    path = tmp_path / "b.sqlite"
+    with Bank.init(path) as bank:
+        bank.import_records([record()])
+
+    def respace(db):  # still valid JSON with a matching hash, but not canonical bytes
+        old, body = db.execute("SELECT hash, body FROM records").fetchone()
+        spaced = body.replace('{"applicability":', '{ "applicability":', 1)
+        db.execute("UPDATE records SET hash = ?, body = ? WHERE hash = ?", [sha256_text(spaced), spaced, old])
+
+    raw_edit(path, respace)
+    with Bank.open(path) as bank:
+        assert bank.verify() == []
+        assert bank.verify(deep=True) == ["records row 1: body does not re-serialise to its stored bytes"]
+    assert main(["bank", "verify", "--deep", "--bank", str(path)]) == 1
+    assert "does not re-serialise" in capsys.readouterr().out
