@@ -4,7 +4,7 @@ Order matters: every input is checked (config, budget, world/model, bank schema,
 settings) before the run directory is created, so bad input writes nothing. The manifest is
 frozen and hashed before the first node. The graph runs under LangGraph's SQLite
 checkpointer (`runs/ID/checkpoints.sqlite`) with durability="sync" and a JSON-only
-serializer (no pickle fallback, no msgpack object revival; reliability §A4), so
+serializer (no pickle fallback, no msgpack object revival: a checkpoint is data, never code), so
 `agent run --resume ID` continues at the node that was running when the process died.
 """
 
@@ -112,7 +112,8 @@ def outcome_cell(event, card, manifest: Manifest):
     short = {fraction: event.trial_delta} if event.trial_delta is not None and fraction in ("0.05", "0.10", "0.20") else {}
     return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
                        family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
-                       short=short, full=full, full_device_hours=event.cost_device_hours)
+                       short=short, full=full, trial_device_hours=event.trial_device_hours,
+                       full_device_hours=max(event.cost_device_hours - event.trial_device_hours, 0.0))
 
 
 def _run_dir(cfg: RunConfig, resume: str | None) -> RunDir:

@@ -1,4 +1,4 @@
-"""The control loop as a LangGraph flowchart (DESIGN.md, "One step of the loop")."""
+"""The control loop as a LangGraph flowchart (docs/ARCHITECTURE.md, "One step of the loop")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The run manifest: everything an episode's outcome may depend on, frozen and hashed before
-the first node runs (reliability §A2: hash the inputs and commit them before launching).
+the first node runs (the inputs are hashed and committed before anything is launched).
 
 Nothing in it changes during the episode; a resumed episode reads it back from
 `runs/ID/manifest.json` (agent/rundir.py knows where), checks its hash and uses its config,
@@ -49,11 +49,11 @@ class PolicyInfo(Frozen):
     config: PolicyConfig
     """Thresholds, discounts, quota q and the fallback lease."""
     fallback_lease_reading: str = LEASE_READING
-    """What the fallback lease means here: the project's interpretation of BCIT.md §5."""
+    """What the fallback lease means here: the project's interpretation of docs/AUTHORIZER.md §5."""
 
 
 class TrialInfo(Frozen):
-    """The bounded validation trial (BCIT.md §5)."""
+    """The bounded validation trial (docs/AUTHORIZER.md §5)."""
 
     fraction: Annotated[float, Field(gt=0.0, le=0.2)]
     """b_val as a share of the card's nominal steps."""

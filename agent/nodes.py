@@ -269,9 +269,9 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
     """The typed Event fields of one decision that ran, read from its step files and the ledger."""
     rd, dh, card = ctx.rundir, decision.decision_hash, _card(ctx, state)
     trial, run, verdict = rd.trial(dh), rd.train(dh), rd.verdict(dh)
-    keys, out, artefacts = [f"{dh}:trial", f"{dh}:train"], {}, []
+    trial_keys = [f"{dh}:trial"] + ([f"eval:{trial.train.checkpoint_sha256}:validation"] if trial else [])
+    keys, out, artefacts = trial_keys + [f"{dh}:train"], {}, []
     if trial:
-        keys.append(f"eval:{trial.train.checkpoint_sha256}:validation")
         artefacts.append(trial.train.checkpoint)
         out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
                                                                     trial.retention_deltas.items()}}
@@ -288,6 +288,7 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
                 "retention": {m: d for m in (g.ifeval_prompt_metric, g.ifeval_instruction_metric)
                               if (d := _delta(child, initial, f"{g.ifeval_suite}.{m}")) is not None}}
     cost, wall = _charged(ctx, keys)
+    out["trial_device_hours"] = round(_charged(ctx, trial_keys)[0], 9)
     fidelity = ({"trial_delta_val": out["trial_delta"], "full_delta_adoption": out["target_gain"]}
                 if trial and out.get("target_gain") is not None else None)
     return out | {"cost_device_hours": round(cost, 9), "wall_seconds": round(wall, 3), "metrics": metrics,

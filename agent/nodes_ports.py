@@ -102,7 +102,7 @@ class WorldPorts:
         from evaluators import metric_specs
         from policies.gate import gate
 
-        # U_prom is the mean over every target capability (CAPTRACK.md), not the card's own.
+        # U_prom is the mean over every target capability (docs/GATE.md), not the card's own.
         suite, _, metric = target_metric(card.family).partition(".")
         return gate(initial, parent, child, self.manifest.gate, metric_specs(), target_suite=suite,
                     target_metric=metric, family_targets=family_targets(), sanity=run.sanity)

@@ -28,6 +28,7 @@ from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
+from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
 from agent.manifest import Manifest, parse_manifest
 
 
@@ -56,11 +57,11 @@ class RunDir:
 
     @property
     def decisions_file(self) -> Path:
-        return self.path / "decisions.jsonl"
+        return self.path / DECISIONS_FILE
 
     @property
     def outcomes_file(self) -> Path:
-        return self.path / "outcomes.jsonl"
+        return self.path / OUTCOMES_FILE
 
     @property
     def proposals_file(self) -> Path:

@@ -28,5 +28,5 @@ def source_metric(family: str) -> str:
 
 
 def family_targets() -> dict[str, str]:
-    """Every family's target metric: what U_prom averages over (CAPTRACK.md)."""
+    """Every family's target metric: what U_prom averages over (docs/GATE.md)."""
     return {f: target_metric(f) for f in FAMILIES}

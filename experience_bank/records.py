@@ -1,4 +1,4 @@
-"""Typed, frozen records of the experience bank (BCIT.md §2, §7).
+"""Typed, frozen records of the experience bank (docs/AUTHORIZER.md §2, §7).
 
 Every record that crosses a boundary (file, database, LLM output, CLI) is one of these.
 They are strict: unknown keys, type coercion, NaN and inf are errors. Parse untrusted JSON
@@ -57,7 +57,7 @@ class DataRecipe(Frozen):
     n_examples: Annotated[int, Field(ge=1, le=1_000_000)]
     """Number of training examples drawn from the mix (before replay)."""
     replay_share: Annotated[float, Field(ge=0.0, le=0.5)] = 0.0
-    """rho: share of Task-Bank Self-Replay examples mixed in (CAPTRACK.md §3); 0 = none."""
+    """rho: share of Task-Bank Self-Replay examples mixed in (docs/GATE.md §3); 0 = none."""
     replay_entries: tuple[Ident, ...] = ()
     """Task-bank entries the frozen parent generates replay examples for."""
 
@@ -358,7 +358,7 @@ class FieldScores(Frozen):
 
 
 class Features(Frozen):
-    """Outcome-blind features of one candidate in one context (BCIT.md §3)."""
+    """Outcome-blind features of one candidate in one context (docs/AUTHORIZER.md §3)."""
 
     candidate_id: Ident
     """Card id."""
@@ -449,6 +449,8 @@ class Event(Frozen):
     """Verdict of the bounded trial, where one was decided (a refused trial is a fail)."""
     trial_delta: float | None = None
     """Delta_val of the trial on the target metric (pp), where it ran and was measured."""
+    trial_device_hours: Annotated[float, Field(ge=0.0)] = 0.0
+    """The part of cost_device_hours that the trial and its evaluation were charged."""
     trial_retention: dict[str, float] = {}
     """The trial's IFEval effects vs the initial parent on validation (pp), where measured."""
     target_metric: str | None = None

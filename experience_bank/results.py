@@ -152,7 +152,7 @@ class TrainResult(Frozen):
 
 
 class TrialResult(Frozen):
-    """A bounded validation trial (BCIT.md §5)."""
+    """A bounded validation trial (docs/AUTHORIZER.md §5)."""
 
     verdict: Literal["pass", "fail", "inconclusive"]
     """Pass -> Train, Fail -> Reject, Inconclusive -> the frozen fallback lease decides."""

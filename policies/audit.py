@@ -41,6 +41,10 @@ from policies.features import compile as compile_features
 from policies.outcomes import OUTCOME_CLASSES, OutcomeClass
 
 GENESIS = "0" * 64
+DECISIONS_FILE = "decisions.jsonl"
+"""The decision ledger's name inside a run or retrospective directory."""
+OUTCOMES_FILE = "outcomes.jsonl"
+"""The outcome cells' name beside it."""
 
 
 class OutcomeCell(Frozen):
@@ -292,13 +296,13 @@ def coverage(cells: list[Cell]) -> dict:
 def _ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
     p = Path(path)
     if p.is_dir():
-        ledger = p / "decisions.jsonl"
+        ledger = p / DECISIONS_FILE
         if not ledger.is_file():
             raise BadInput(f"{p} has no decisions.jsonl: pass an episode directory or a ledger file")
-        return ledger, p / "outcomes.jsonl" if (p / "outcomes.jsonl").is_file() else None
+        return ledger, p / OUTCOMES_FILE if (p / OUTCOMES_FILE).is_file() else None
     if not p.is_file():
         raise BadInput(f"no ledger at {p}: pass an episode directory or a decisions.jsonl file")
-    sibling = p.with_name("outcomes.jsonl")
+    sibling = p.with_name(OUTCOMES_FILE)
     return p, sibling if sibling.is_file() and sibling != p else None
 
 

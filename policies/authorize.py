@@ -1,4 +1,4 @@
-"""Routing: Features -> Decision (BCIT.md §4 and §8), pure, with every comparison attached.
+"""Routing: Features -> Decision (docs/AUTHORIZER.md §4 and §8), pure, with every comparison attached.
 
 A policy is a small function `(features, state, config) -> (action, rule, numbers)` in the
 POLICIES table. `authorize` wraps it with what every policy shares: the decision carries the policy name, a version that hashes the frozen PolicyConfig, and
@@ -32,7 +32,7 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 
 
 class PolicyConfig(Frozen):
-    """Frozen per run: the thresholds, discounts, quota and fallback lease of BCIT.md §3–§5."""
+    """Frozen per run: the thresholds, discounts, quota and fallback lease of docs/AUTHORIZER.md §3–§5."""
 
     tau_l: Annotated[float, Field(ge=0.0, le=1.0)] = 0.30
     """Reject below this score."""
@@ -60,7 +60,7 @@ class EpisodeState(Frozen):
 
 
 LEASE_READING = ("a count of Inconclusive trials per episode that may still go to Train, spent in "
-                 "decision order (the project's interpretation of BCIT.md 5: the spec gives the lease no formula)")
+                 "decision order (the project's interpretation of docs/AUTHORIZER.md 5: the spec gives the lease no formula)")
 """What PolicyConfig.fallback_lease means; frozen in every manifest beside the number."""
 
 Routed = tuple[str, str, dict[str, float]]

@@ -1,4 +1,4 @@
-"""The outcome-blind compiler: (record or proposal, current context) -> Features (BCIT.md §3).
+"""The outcome-blind compiler: (record or proposal, current context) -> Features (docs/AUTHORIZER.md §3).
 
 `compile` reads only three things: the record's card / source context / evidence summary /
 applicability conditions B_i, and the structured metadata of the current context x_t. Neither
@@ -38,7 +38,7 @@ from experience_bank.records import (
 )
 
 DISCOUNTS: Mapping[str, float] = {"A": 1.0, "B": 0.75, "C": 0.5}
-"""d(e): evidence-grade discounts of BCIT.md §3 (a run may freeze others in PolicyConfig)."""
+"""d(e): evidence-grade discounts of docs/AUTHORIZER.md §3 (a run may freeze others in PolicyConfig)."""
 
 FIELD_NAMES = ("family", "data", "runtime", "parent", "protocol")
 

@@ -1,4 +1,4 @@
-"""The shared adoption rule g (BCIT.md §6, CAPTRACK.md §2): one pure function over SuiteResults.
+"""The shared adoption rule g (docs/AUTHORIZER.md §6, docs/GATE.md §2): one pure function over SuiteResults.
 
 Every policy's children face the same four checks, in this order, on ADOPTION splits only
 (the validation data a trial used would flatter the child):
@@ -107,7 +107,7 @@ class MetricDrift(Frozen):
     value: float | None
     """Score of the adapted model; None = UNKNOWN."""
     abs_delta: float | None
-    """value - base (reported beside the relative number, CAPTRACK.md §1)."""
+    """value - base (reported beside the relative number, docs/GATE.md §1)."""
     drift_pct: float | None
     """Relative drift in %, signed so that negative is harm (direction applied)."""
     decides: bool
@@ -135,7 +135,7 @@ class Profile(Frozen):
 
 
 def severity(drift_pct: float) -> Severity:
-    """CAPTRACK.md §1 regimes at -1 / -5 / -10 / -20 %."""
+    """docs/GATE.md §1 regimes at -1 / -5 / -10 / -20 %."""
     if drift_pct > -1.0:
         return "none"
     if drift_pct > -5.0:

@@ -7,7 +7,7 @@ episode (agent/episode.py's RunAudit), the replay of the shipped Retrospective-2
 - direction of an effect: 0 when |x| < band, else its sign;
 - retention-safe: both IFEval strict effects (prompt and instruction level, measured
   against the initial parent) are at least `-ifeval_drop_pp`;
-- harmful: retention is not safe (no target gain compensates for it, BCIT.md §6), the
+- harmful: retention is not safe (no target gain compensates for it, docs/AUTHORIZER.md §6), the
   target moves down, or the run hit a hard failure (a failed sanity check);
 - beneficial: the target moves up and retention is safe;
 - neutral: anything else.

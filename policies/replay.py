@@ -1,4 +1,4 @@
-"""Replay of the published diagnostics (BCIT.md §9) from cell-level data, never by re-running a model.
+"""Replay of the published diagnostics (docs/AUTHORIZER.md §9) from cell-level data, never by re-running a model.
 
 `replay_retrospective()` reads the shipped ledger policies/data/retrospective24.json — a
 RECONSTRUCTION whose per-cell values agree with the published aggregates, not the paper's
@@ -24,7 +24,7 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from policies import stats
-from policies.audit import Cell, OutcomeCell, audit, read_outcomes, score_policies
+from policies.audit import DECISIONS_FILE, OUTCOMES_FILE, Cell, OutcomeCell, audit, read_outcomes, score_policies
 from policies.authorize import PolicyConfig
 from policies.outcomes import direction, outcome_class, retention_safe
 from policies.features import features_from_row
@@ -92,7 +92,7 @@ def audit_study(cells: list[Cell], config: PolicyConfig) -> dict:
 def lease_sensitivity(cells: list[Cell], config: PolicyConfig) -> dict[str, dict[str, dict]]:
     """HER, BCov and harmful share of every policy with the fallback lease at 0, 1 and unlimited.
 
-    BCIT.md §5 says only "Inconclusive -> Train where the frozen fallback lease allows"; the
+    docs/AUTHORIZER.md §5 says only "Inconclusive -> Train where the frozen fallback lease allows"; the
     count-per-episode reading is the project's, so the aggregates are shown under each lease.
     "unlimited" gives every cell a lease, which can never run out."""
     out = {}
@@ -152,7 +152,7 @@ def replay_retrospective(path: Path = DATA) -> dict:
 def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
     """The same diagnostics from a run directory's records; says which ones lack data."""
     run = Path(run_dir)
-    if not (run / "decisions.jsonl").is_file():
+    if not (run / DECISIONS_FILE).is_file():
         raise BadInput(f"{run} has no decisions.jsonl: pass a run directory written by `agent run`")
     rep = audit(run)
     out = {"name": str(run), "audit": {k: rep.get(k) for k in ("ok", "problems", "frozen_decisions_head", "policies", "mcnemar_p")},
@@ -172,7 +172,7 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
     if len(paired) < 3:
         out["missing"].append(f"shortfull: {len(paired)} cells have both a 20% short run and a full run (need 3)")
     else:
-        out["shortfull"] = shortfull([c.candidate_id for c in paired], ["all"] * len(paired), [c.short for c in paired],
+        out["shortfull"] = shortfull([c.candidate_id for c in paired], [c.method or "all" for c in paired], [c.short for c in paired],
                                      [c.full["target"] for c in paired], [c.trial_verdict for c in paired],
                                      [c.outcome == "beneficial" for c in paired],
                                      [c.trial_device_hours / c.full_device_hours for c in paired if c.full_device_hours], band)
@@ -182,7 +182,7 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
 
 
 def _run_outcomes(run: Path) -> list[OutcomeCell]:
-    path = run / "outcomes.jsonl"
+    path = run / OUTCOMES_FILE
     if not path.is_file():
         return []
     return list(read_outcomes(path).values())

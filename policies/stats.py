@@ -1,4 +1,4 @@
-"""The statistics of BCIT.md §10, as thin functions over scipy.stats (no hand-rolled tests).
+"""The statistics of docs/AUTHORIZER.md §10, as thin functions over scipy.stats (no hand-rolled tests).
 
 Exact sign-flip test over paired differences (all 2^n sign assignments), paired t interval,
 exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, exact

@@ -1,4 +1,4 @@
-"""The loop's gate judges U_prom over every family's target (CAPTRACK.md), not the card's own."""
+"""The loop's gate judges U_prom over every family's target (docs/GATE.md), not the card's own."""
 
 from __future__ import annotations
 

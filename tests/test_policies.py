@@ -1,4 +1,4 @@
-"""Routing rules and boundaries of BCIT.md §4 and the comparison policies of §8."""
+"""Routing rules and boundaries of docs/AUTHORIZER.md §4 and the comparison policies of §8."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""The Retrospective-24 replay recomputes the published aggregates (BCIT.md §9) from cells."""
+"""The Retrospective-24 replay recomputes the published aggregates (docs/AUTHORIZER.md §9) from cells."""
 
 import json
 

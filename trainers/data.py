@@ -1,4 +1,4 @@
-"""A card's training data: its DataRecipe's mix, plus Task-Bank Self-Replay (CAPTRACK.md §3).
+"""A card's training data: its DataRecipe's mix, plus Task-Bank Self-Replay (docs/GATE.md §3).
 
     D_mix = (1 - rho) * D_new + rho * sum_j w_j * R_j
 

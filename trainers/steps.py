@@ -1,6 +1,6 @@
 """How many optimizer steps a run may take: the one rule for a trial's share of a card.
 
-A bounded trial may spend at most `fraction` (<= 20%, BCIT.md §5) of the card's nominal
+A bounded trial may spend at most `fraction` (<= 20%, docs/AUTHORIZER.md §5) of the card's nominal
 steps, so its step count is the FLOOR of fraction x nominal steps: rounding up would let a
 GRPO trial of 32 nominal steps run 7 (21.9%) while the budget said 20%. Where that floor is
 under one step no bounded trial exists, and `trial_steps` refuses it with `TrialRefused`

@@ -1,4 +1,4 @@
-"""Bounded validation trials (BCIT.md §5).
+"""Bounded validation trials (docs/AUTHORIZER.md §5).
 
 A trial trains at most 20% of the card's nominal steps (trainers.steps.trial_steps: the
 floor, never more; a card whose share is under one step is refused with TrialRefused before
@@ -96,7 +96,7 @@ def measurement(child: Mapping[str, SuiteResult], parent: Mapping[str, SuiteResu
                 max_unparseable_share: float) -> tuple[float, dict[str, float], list[str]]:
     """(Delta_val, retention deltas vs the initial parent, hard failures) of a trial checkpoint.
 
-    Fail closed (BCIT.md §5: Pass needs no format / parse / execution failure): a missing
+    Fail closed (docs/AUTHORIZER.md §5: Pass needs no format / parse / execution failure): a missing
     suite, an UNKNOWN metric (an evaluator error) or a target suite whose unparseable share
     exceeds the gate's limit is a hard failure, so the verdict is Fail with that reason; the
     episode goes on. A delta that cannot be measured is reported as 0.0 beside the failure."""

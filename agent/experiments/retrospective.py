@@ -42,7 +42,7 @@ FRACTIONS = (0.05, 0.10, 0.20)
 MIN_EFFECT_PP = 1.0
 """Smallest target change that counts as a direction (RunConfig.gate_min_gain_pp)."""
 IFEVAL_DROP_PP = 2.0
-"""IFEval strict accuracies may not fall more than this (BCIT.md §6)."""
+"""IFEval strict accuracies may not fall more than this (docs/AUTHORIZER.md §6)."""
 IFEVAL = ("prompt_strict", "inst_strict")
 EVAL_N = {"test": (16, 8), "default": (64, 32)}
 """(target items, IFEval items) per world size."""
@@ -211,6 +211,7 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
 
     lines = [OutcomeCell(
         candidate_id=c["id"], decision_hash=decision_hashes[c["id"]], outcome=c["outcome_class"],
+        family=c["family"], method=c["method"],
         trial_verdict=c["trial_verdict"], trial_delta=c["short"]["0.20"]["target"],
         short={k: v["target"] for k, v in c["short"].items()},
         full={"target": c["full"]["target"], "ifeval_p": c["full"]["ifeval"]["prompt_strict"],

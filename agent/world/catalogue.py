@@ -12,7 +12,7 @@ binds after a handful of runs. `nu`: `continue` when a 20% trial is a prefix of 
 run; `restart` when the trial is an independent short run (LoRA adapters, replay data
 regenerated per run); `none` when a 20% prefix is all warm-up and shows nothing faithful.
 
-Applicability conditions are data (BCIT.md §2): the five required values plus named hard
+Applicability conditions are data (docs/AUTHORIZER.md §2): the five required values plus named hard
 conflicts over the current context (`Conflict(field, op, value)`). They are built from a
 card's declared `Needs` by one function, `applicability`, for the catalogue's cards (needs
 from the table) and for LLM proposals (needs declared in the proposal) alike.
@@ -32,10 +32,11 @@ from experience_bank.records import (
 )
 
 if TYPE_CHECKING:
-    from agent.world.store import World
+    from agent.world.interface import WorldData as World
 
 STEP_SCALE = {"test": 0.25, "default": 1.0, "smol": 0.25}
-"""Per-size scale of the nominal steps (device_hours are not scaled: they are the cost model)."""
+"""Per-size scale of the nominal steps of the embedded worlds (device_hours are not scaled: they are
+the cost model); a local world takes its own from its config (`step_scale`)."""
 
 OUTPUT_PROTOCOL = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -136,7 +137,7 @@ def _dataset(world: "World", ds: str) -> DatasetRef:
 
 def _card(row: tuple, world: "World") -> CandidateCard:
     cid, family, method, title, mix, k = row
-    steps = max(4, round(k["steps"] * STEP_SCALE.get(world.size, 1.0)))
+    steps = max(4, round(k["steps"] * world.step_scale))
     grpo = method == "grpo"
     batch = (4 * GRPO_GENERATIONS) if grpo else SFT_BATCH
     replay = k.get("replay", 0.0)

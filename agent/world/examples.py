@@ -3,35 +3,41 @@
 The loop, the seed bank, the retrospective and `agent train` all train cards; they must
 see the same data for the same (card, seed), so this is the one place that resolves a
 card's dataset ids to the world's pools (evaluators.tasks), mixes in self-replay generated
-by the frozen parent (CAPTRACK.md §3), and picks the GRPO reward functions.
+by the frozen parent (docs/GATE.md §3), and picks the GRPO reward functions.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from experience_bank.records import CandidateCard
+
+if TYPE_CHECKING:
+    from agent.world.interface import WorldData
 
 REPLAY_NEW_TOKENS = 112
 """Replay completions are answers to short templated prompts: this bounds them."""
 
 
-def card_examples(card: CandidateCard, world_seed: int, seed: int, *,
+def card_examples(card: CandidateCard, world: "WorldData | int", seed: int, *,
                   generate: Callable[[list], list[str]] | None = None) -> list[dict]:
     """The card's mix sampled from the world's pools, plus replay rows the parent generates.
 
-    `generate(prompts) -> completions` must be the frozen pre-update parent; it is only
-    called when the recipe asks for replay.
+    `world`: any agent.world.interface.WorldData, or an int, the seed of the embedded world's
+    generated tasks (`agent train --world-seed`). `generate(prompts) -> completions` must be
+    the frozen pre-update parent; it is only called when the recipe asks for replay.
     """
-    from evaluators import tasks
     from trainers.data import build_examples
 
-    make = tasks.sft_examples if card.method == "sft" else tasks.grpo_examples
-    pools = {m.dataset.id: make(m.dataset.id, world_seed) for m in card.data.mix}
+    from agent.world.store import EmbeddedTasks
+
+    data = EmbeddedTasks(world) if isinstance(world, int) else world
+    make = data.sft_examples if card.method == "sft" else data.grpo_examples
+    pools = {m.dataset.id: make(m.dataset.id) for m in card.data.mix}
     if card.data.replay_share == 0.0:
         return build_examples(card, pools, seed)
     n = max(1, round(card.data.n_examples * card.data.replay_share))
-    prompts = {e: [x["messages"] for x in tasks.items(e, "train", world_seed, n)] for e in card.data.replay_entries}
+    prompts = {e: [x["messages"] for x in data.items(e, "train", n)] for e in card.data.replay_entries}
     return build_examples(card, pools, seed, replay_prompts=prompts, generate=generate)
 
 

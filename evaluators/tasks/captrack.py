@@ -1,4 +1,4 @@
-"""CapTrack probes, CPU-sized (CAPTRACK.md §1).
+"""CapTrack probes, CPU-sized (docs/GATE.md §1).
 
 CAN: `can_arith` (two-number arithmetic), `can_recall` (capitals of invented countries
 that only the world's training data teaches: `teaching_examples`), `can_paraphrase` (the
