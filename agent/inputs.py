@@ -137,9 +137,10 @@ def check_out_file(path: str | Path, flag: str = "--out") -> None:
 
 
 def check_model_dir(path: str | Path, flag: str) -> None:
-    """A local model folder that transformers can load: a config.json it reads and
-    safetensors files whose headers parse. Cheap (no weights are read), and it runs
-    before a trainer or evaluator writes its first file."""
+    """A local model folder that transformers can load: a config.json it reads, safetensors
+    files whose headers parse and whose shapes fit that config, a tokenizer with a chat
+    template. Cheap (no weights are read), and it runs before a trainer or evaluator writes
+    its first file."""
     folder = Path(path)
     if not folder.is_dir():
         return  # not a local folder: a served model name or a hub id, checked by its backend
@@ -154,6 +155,7 @@ def check_model_dir(path: str | Path, flag: str) -> None:
     for file in weights:
         shapes |= _check_safetensors(file, flag)
     _check_shapes(folder, model_config, shapes, flag)
+    _check_tokenizer(folder, flag)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -169,6 +171,19 @@ def _check_config(folder: Path, flag: str):
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{flag} {folder}/config.json cannot be loaded by transformers ({_first_line(exc)}): "
                        "give a folder saved by save_pretrained") from None
+
+
+def _check_tokenizer(folder: Path, flag: str) -> None:
+    """Training and generation both apply the folder's chat template to every example."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"{flag} {folder} has no tokenizer transformers can load ({_first_line(exc)}): save the "
+                       "tokenizer beside the weights") from None
+    if tokenizer.chat_template is None:
+        raise BadInput(f"{flag} {folder} has no chat template: save the tokenizer with one (chat_template.jinja)")
 
 
 def _check_safetensors(file: Path, flag: str) -> dict[str, tuple[int, ...]]:

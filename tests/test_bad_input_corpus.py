@@ -181,7 +181,8 @@ YAML_CASES = {
 
 MODEL_FOLDERS = ("no-config", "config-latin1", "config-not-json", "config-list", "config-no-model-type",
                  "config-unknown-arch", "weights-garbage", "weights-empty", "weights-truncated", "no-weights",
-                 "weights-huge-header", "config-shape-mismatch", "config-not-causal-lm")
+                 "weights-huge-header", "config-shape-mismatch", "config-not-causal-lm",
+                 "no-tokenizer", "no-chat-template", "tokenizer-garbage")
 
 BANK_FILES = {"zero-bytes": b"", "text": b"hello, I am not a bank\n", "random": bytes(range(256)) * 16,
               "header-then-garbage": b"SQLite format 3\x00" + bytes(range(256)) * 16}
@@ -231,6 +232,13 @@ def _model_folder(case: Path, kind: str, ok: Path) -> None:
         weights.write_bytes(weights.read_bytes()[:200])
     elif kind == "no-weights":
         weights.unlink()
+    elif kind == "no-tokenizer":
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (folder / name).unlink()
+    elif kind == "no-chat-template":
+        (folder / "chat_template.jinja").unlink()
+    elif kind == "tokenizer-garbage":
+        (folder / "tokenizer.json").write_text("{not json")
     elif kind == "config-shape-mismatch":
         config.write_text(json.dumps(json.loads(config.read_text()) | {"intermediate_size": 96}))
     elif kind == "config-not-causal-lm":
