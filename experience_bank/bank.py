@@ -27,6 +27,7 @@ from experience_bank import chains, hashing, heads, integrity, library, migratio
 from experience_bank.consolidate import NOISE_PP, conflicted_hashes, fact_of, plan
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, chain_hash, sha256_text
+from experience_bank.library import record_row
 from experience_bank.records import Decision, Event, HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
 
 BUSY_TIMEOUT_S = 30.0
@@ -39,8 +40,6 @@ MMAP_BYTES = 1 << 34  # SQLite caps it at its build limit (2 GiB here)
 Record = HistoricalRecord | Proposal
 _IDENT = TypeAdapter(Ident)
 _SHA = TypeAdapter(Sha256)
-_INSERT_RECORD = ("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                  "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)")
 
 
 @dataclass(frozen=True)
@@ -77,15 +76,6 @@ def damaged(path: str, exc: Exception) -> BadInput:
     """The one line for a bank file SQLite cannot read."""
     return BadInput(f"bank {path} is not a readable SQLite bank ({exc}): check it with "
                     f"`sqlite3 {path} \"PRAGMA integrity_check\"` and restore it from a copy")
-
-
-def record_row(record: Record, written_at: str | None = None) -> dict:
-    """The stored row of a record: one model dump serves the body and the context hash."""
-    plain = record.model_dump(mode="json")
-    body = canonical_json(plain)
-    source = sha256_text(canonical_json(plain["source"])) if isinstance(record, HistoricalRecord) else None
-    return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
-            "source_hash": source, "body": body, "written_at": written_at or library.now()}
 
 
 class Bank:
@@ -188,7 +178,7 @@ class Bank:
                 yield row
 
         with self._write() as db:
-            db.conn.executemany(_INSERT_RECORD, rows())
+            db.conn.executemany(library.INSERT_RECORD, rows())
             if library_note is not None:
                 self._insert_version(library.version_facts(db, self.current_library_version()) + facts, library_note)
         return [f.hash for f in facts]
@@ -208,10 +198,6 @@ class Bank:
         if not records:
             raise BadInput(f"{path} holds no records: one JSON record per line")
         return self.import_records(records, library_note=library_note)
-
-    @staticmethod
-    def _record_row(record: Record) -> dict:
-        return record_row(record)
 
     def get_record(self, record_hash: str) -> Record:
         """The record with this content hash (BadInput if absent)."""
@@ -390,7 +376,7 @@ class Bank:
                               [episode_id, row["hash"]]).fetchone()
             if seen is None:
                 self._running(episode_id)
-                db.execute(_INSERT_RECORD, row)
+                db.execute(library.INSERT_RECORD, row)
                 db.execute("INSERT INTO staged (episode_id, record_hash, written_at) VALUES (?, ?, ?)",
                            [episode_id, row["hash"], library.now()])
                 self._journal(episode_id, "staged", row["hash"])
@@ -425,7 +411,7 @@ class Bank:
             note = f"consolidate episode {episode_id}"
             observed, merged = library.observations(db, episode["library_version"], episode_id)
             planned = plan(observed, lambda hashes: library.load_records(db, hashes), note, noise_pp, merged)
-            planned = library.store_merges(db, planned, record_row)
+            planned = library.store_merges(db, planned)
             entries = [(p.hash, p.conflicted, library.missing(self.base_dir, p.artefacts)) for p in planned]
             version, head = library.insert_version(db, entries, note, episode["library_version"], episode_id)
             self._heads.append(heads.library_line(version, head))

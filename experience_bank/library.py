@@ -20,6 +20,7 @@ from sqlite_utils import Database
 from experience_bank import chains
 from experience_bank.consolidate import Fact, Planned
 from experience_bank.errors import BadInput
+from experience_bank.hashing import canonical_json, sha256_text
 from experience_bank.records import HistoricalRecord, Record
 
 # One json_extract with three paths parses the body once.
@@ -29,6 +30,8 @@ FACT_COLUMNS = ("r.hash, r.kind, r.card_id, r.source_hash, "
 
 
 _STORED = TypeAdapter(Record)
+INSERT_RECORD = ("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                 "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)")
 
 
 def parse_stored(body: str | bytes) -> Record:
@@ -50,6 +53,15 @@ def load_records(db: Database, hashes: list[str]) -> list[HistoricalRecord]:
 def now() -> str:
     """The bank's timestamp format (UTC, microseconds)."""
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def record_row(record: Record, written_at: str | None = None) -> dict:
+    """The stored row of a record: one model dump serves the body and the context hash."""
+    plain = record.model_dump(mode="json")
+    body = canonical_json(plain)
+    source = sha256_text(canonical_json(plain["source"])) if isinstance(record, HistoricalRecord) else None
+    return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
+            "source_hash": source, "body": body, "written_at": written_at or now()}
 
 
 def _fact(row: tuple, check: bool) -> Fact:
@@ -116,15 +128,14 @@ def insert_version(db: Database, entries: list[tuple[str, bool, tuple[str, ...]]
     return version, head
 
 
-def store_merges(db: Database, planned: list[Planned], row_of) -> list[Planned]:
+def store_merges(db: Database, planned: list[Planned]) -> list[Planned]:
     """Store each new merged record and its replicate members (idempotent); return the plan
     with every hash filled in."""
     out = []
     for p in planned:
         if p.record is not None:
-            row = row_of(p.record)
-            db.execute("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                       "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)", row)
+            row = record_row(p.record)
+            db.execute(INSERT_RECORD, row)
             db.conn.executemany("INSERT OR IGNORE INTO replicates (merged_hash, member_hash) VALUES (?, ?)",
                                 [(row["hash"], m) for m in p.members])
             p = Planned(row["hash"], p.record, p.members, p.conflicted, p.artefacts)
