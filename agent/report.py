@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.rundir import RunDir
 from experience_bank.records import Event
 from experience_bank.results import SuiteResult
 
@@ -51,16 +52,18 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _results(run_dir: Path, sha: str, split: str) -> dict[str, SuiteResult] | None:
-    path = run_dir / "evals" / f"{sha[:16]}-{split}" / "results.json"
-    if not path.exists():
-        return None
-    return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(path.read_text()).items()}
+HEATMAP_PNG, HEATMAP_JSON = "captrack_heatmap.png", "captrack_heatmap.json"
+"""The heat map's files beside report.md (the MLflow view attaches them too)."""
 
 
-def _verdict(run_dir: Path, e: Event) -> dict | None:
-    path = run_dir / "steps" / e.decision.decision_hash[:16] / "verdict.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def _results(rd: RunDir, sha: str, split: str) -> dict[str, SuiteResult] | None:
+    return rd.evaluation(sha, split) if rd.has_evaluation(sha, split) else None
+
+
+def _child_sha(rd: RunDir, e: Event) -> str | None:
+    """The child the gate judged for this event, if one reached the gate."""
+    verdict = rd.verdict(e.decision.decision_hash)
+    return None if verdict is None else verdict.child_sha256
 
 
 def decision_rows(events: list[Event]) -> list[list[Any]]:
@@ -81,14 +84,14 @@ def burn_down(events: list[Event], budget_h: float, spent_h: float) -> list[list
     return rows
 
 
-def trajectory(run_dir: Path, manifest: dict, events: list[Event]) -> tuple[list[str], list[list[Any]]]:
+def trajectory(rd: RunDir, manifest: dict, events: list[Event]) -> tuple[list[str], list[list[Any]]]:
     """Adoption metrics of the initial parent and of every promoted child, in order."""
     shas = [("initial", manifest["initial"]["sha256"])]
-    shas += [(e.candidate_id, _verdict(run_dir, e)["child_sha256"]) for e in events if e.outcome == "promoted"]
+    shas += [(e.candidate_id, _child_sha(rd, e)) for e in events if e.outcome == "promoted"]
     cols: list[str] = []
     rows = []
     for label, sha in shas:
-        res = _results(run_dir, sha, "adoption") or {}
+        res = _results(rd, sha, "adoption") or {}
         flat = {f"{s}.{k}": v for s, r in res.items() for k, v in r.metrics.items()}
         cols += [c for c in flat if c not in cols]
         rows.append((label, flat))
@@ -113,22 +116,22 @@ def _heatmap(ctx: Any, manifest: dict, events: list[Event]) -> list[Table | Figu
     """Groups and sub-capabilities x every child that reached the gate (drift % vs the initial parent)."""
     from evaluators.heatmap import legend, write_heatmap  # noqa: PLC0415 (matplotlib)
 
-    run_dir = ctx.run_dir
-    initial = _results(run_dir, manifest["initial"]["sha256"], "adoption")
+    rd = ctx.rundir
+    initial = _results(rd, manifest["initial"]["sha256"], "adoption")
     table = {}
     for e in events:
-        v = _verdict(run_dir, e)
-        if initial is not None and v is not None:
-            table[f"{e.seq}:{e.candidate_id}"] = ctx.ports.captrack(initial, _results(run_dir, v["child_sha256"], "adoption"))
+        child = _child_sha(rd, e)
+        if initial is not None and child is not None:
+            table[f"{e.seq}:{e.candidate_id}"] = ctx.ports.captrack(initial, _results(rd, child, "adoption"))
     if not table:
         return ["(no child reached the gate: no heat map)"]
-    data = write_heatmap(table, run_dir / "captrack_heatmap.png", run_dir / "captrack_heatmap.json",
+    data = write_heatmap(table, rd.path / HEATMAP_PNG, rd.path / HEATMAP_JSON,
                          title=f"CapTrack drift vs the initial parent, episode {ctx.episode_id}")
     caption = ("Relative drift (%) of each CapTrack group and sub-capability of a child against the initial "
                "parent (blue better, red worse; grey n/a: unknown, or a base below the floor). Matrix: "
-               "captrack_heatmap.json.")
+               f"{HEATMAP_JSON}.")
     rows = [[row, meaning, ", ".join(metrics) or "–"] for row, meaning, metrics in legend(data["rows"])]
-    return [Figure("heatmap", (run_dir / "captrack_heatmap.png").read_bytes(), caption),
+    return [Figure("heatmap", (rd.path / HEATMAP_PNG).read_bytes(), caption),
             Table(["row", "what it measures", "metrics behind it"], rows, id="heatmap-legend")]
 
 
@@ -138,7 +141,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
 
     from agent.tracking import plain  # noqa: PLC0415
 
-    run_dir, manifest = ctx.run_dir, plain(ctx.manifest)
+    rd, manifest = ctx.rundir, plain(ctx.manifest)
     events = ctx.bank.events(ctx.episode_id)
     spent, budget = ctx.ledger.spent(ctx.episode_id), manifest["budget_device_hours"]
     summary = (f"Manifest {state.get('manifest_hash', '')[:16]}; stopped: {state.get('stop_reason', '')}; "
@@ -148,8 +151,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
            Section("Decisions (features, action, rule)", [Table(
                ["seq", "candidate", "grade", "S", "A", "H", "Q", "nu", "chi", "action", "rule", "outcome", "cost h",
                 "reason"], decision_rows(events), id="decisions")])]
-    proposals = run_dir / "proposals.json"
-    answered = json.loads(proposals.read_text()) if proposals.exists() else []
+    answered = json.loads(rd.proposals_file.read_text()) if rd.proposals_file.exists() else []
     if answered:
         out.append(Section("LLM proposals", [Table(["#", "status", "reason"], [
             [p["index"], p["status"], p["reason"]] for p in answered])]))
@@ -160,13 +162,13 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     fid = [[e.candidate_id, e.fidelity["trial_delta_val"], e.fidelity["full_delta_adoption"]] for e in events if e.fidelity]
     out.append(Section("Trial fidelity (trial vs full run, where both ran)", [
         Table(["candidate", "trial Δval pp", "full Δadoption pp"], fid) if fid else "(no candidate ran both)"]))
-    header, rows = trajectory(run_dir, manifest, events)
+    header, rows = trajectory(rd, manifest, events)
     out.append(Section("Trajectory of every suite across promotions (adoption split)", [
         Figure("trajectories", trajectory_chart(header, rows), "Primary metric of each suite (and IFEval prompt "
                "strict) for the initial parent and every promoted child; the table lists every metric."),
         Table(header, rows)]))
     out.append(Section("CapTrack heat map", _heatmap(ctx, manifest, events)))
-    initial = _results(run_dir, manifest["initial"]["sha256"], "adoption") or {}
+    initial = _results(rd, manifest["initial"]["sha256"], "adoption") or {}
     base = dict(initial["ifeval"].metrics) if "ifeval" in initial else {}
     points, drop = ifeval_points(events), _drop_pp(manifest)
     guard_rows = [[p["seq"], p["candidate"], ", ".join(f"{k}={v:.1f}" for k, v in sorted(p.items())
@@ -180,19 +182,19 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
 
 def write_report(ctx: Any, state: dict[str, Any]) -> Path:
     """Write report.md (with its PNGs) and the self-contained report.html; return the .md path."""
-    run_dir = ctx.run_dir
+    rd = ctx.rundir
     parts = sections(ctx, state)
     for s in parts:
         for b in s.blocks:
             if isinstance(b, Figure) and b.id != "heatmap":  # the heat map wrote its own file
-                (run_dir / f"{b.id}.png").write_bytes(b.png)
-    (run_dir / "report.md").write_text(markdown(parts, ctx.episode_id), encoding="utf-8")
-    (run_dir / "report.html").write_text(page(parts, ctx.episode_id), encoding="utf-8")
-    return run_dir / "report.md"
+                (rd.path / f"{b.id}.png").write_bytes(b.png)
+    rd.report_md.write_text(markdown(parts, ctx.episode_id), encoding="utf-8")
+    rd.report_html.write_text(page(parts, ctx.episode_id), encoding="utf-8")
+    return rd.report_md
 
 
 def _md_file(fig: Figure) -> str:
-    return "captrack_heatmap.png" if fig.id == "heatmap" else f"{fig.id}.png"
+    return HEATMAP_PNG if fig.id == "heatmap" else f"{fig.id}.png"
 
 
 def markdown(parts: list[Section], episode_id: str) -> str:

@@ -74,15 +74,18 @@ def plain(manifest: Any) -> dict[str, Any]:
     return dict(manifest) if isinstance(manifest, Mapping) else manifest.model_dump(mode="json")
 
 
-def _read(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+def _dump(record: Any) -> dict | None:
+    return None if record is None else record.model_dump(mode="json")
 
 
 class Tracker:
     """One episode's MLflow view. Every public method is a no-op once the tracker is down."""
 
     def __init__(self, uri: str, run_dir: Path, say: Callable[[str], None]):
+        from agent.rundir import RunDir  # noqa: PLC0415
+
         self.uri, self.run_dir, self.say = uri, run_dir, say
+        self.rundir = RunDir(run_dir)
         self.down = False
         self._client = self._run_id = None
 
@@ -179,8 +182,8 @@ class Tracker:
         from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415
 
         d, f = event.decision, event.decision.features
-        step = self.run_dir / "steps" / d.decision_hash[:16]
-        verdict, trial, train = (_read(step / n) for n in ("verdict.json", "trial.json", "train.json"))
+        dh, rd = d.decision_hash, self.rundir
+        verdict, trial, train = _dump(rd.verdict(dh)), _dump(rd.trial(dh)), _dump(rd.train(dh))
         tags = {"mlflow.parentRunId": self._run_id, "kind": "decision", "episode_id": event.episode_id,
                 "decision_hash": d.decision_hash, "candidate": event.candidate_id, "action": event.action,
                 "rule": d.rule, "outcome": event.outcome, "mlflow.runName": f"{event.seq:03d} {event.candidate_id}"}
@@ -248,7 +251,7 @@ class Tracker:
         found = client.search_model_versions(f"name = '{lineage}' and tag.decision_hash = '{dh}'")
         if found:
             return found[0]
-        train = _read(self.run_dir / "steps" / dh[:16] / "train.json")
+        train = _dump(self.rundir.train(dh))
         source = str(Path(train["checkpoint"]).resolve())
         return client.create_model_version(lineage, source=source, run_id=run_id, tags={
             "episode_id": event.episode_id, "decision_hash": dh, "candidate": event.candidate_id,
@@ -281,10 +284,13 @@ class Tracker:
 
     def _finish(self, finished: bool) -> None:
         client = self._mlflow()
-        for name in ("manifest.json", "parent.json", "decisions.jsonl", "outcomes.jsonl", "report.md",
-                     "report.html", "captrack_heatmap.png", "captrack_heatmap.json"):
-            if (self.run_dir / name).is_file():
-                client.log_artifact(self._run_id, str(self.run_dir / name))
+        from agent.report import HEATMAP_JSON, HEATMAP_PNG  # noqa: PLC0415
+
+        rd = self.rundir
+        for path in (rd.manifest_file, rd.parent_file, rd.decisions_file, rd.outcomes_file, rd.report_md,
+                     rd.report_html, rd.path / HEATMAP_PNG, rd.path / HEATMAP_JSON):
+            if path.is_file():
+                client.log_artifact(self._run_id, str(path))
         if finished:
             client.set_terminated(self._run_id, "FINISHED")
 

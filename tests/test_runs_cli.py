@@ -41,10 +41,19 @@ def _episode(folder: Path, name: str, *, policy: str, charges: list[float], prom
     from experience_bank.results import GateVerdict
     from trainers.ledger import Ledger
 
+    from agent.config import RunConfig
+    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
+    from agent.rundir import RunDir
+
     run = folder / name
     run.mkdir(parents=True)
-    (run / "manifest.json").write_text(json.dumps({"episode_id": name, "budget_device_hours": 36.0,
-                                                   "config": {"policy": policy, "world": "test"}}))
+    RunDir(run).freeze(build_manifest(
+        episode_id=name, config=RunConfig(policy=policy, world="test").model_dump(mode="json"), budget_h=36.0,
+        initial=ModelAt(dir="base", sha256=SHA["a"]), world=WorldId(size="test", recipe_sha256=SHA["c"],
+                                                                    chat_template_sha256=SHA["c"]),
+        library_version=1, candidate_hashes=[], evaluators=Evaluators(
+            suites=("sql/target",), eval_protocol="p", backend="transformers", n=1, batch_size=1, seed=0),
+        datasets={}, allowlist={}))
     init_parent(run, "base", SHA["a"])
     if promote:
         move(run, "child", GateVerdict(promote=True, decided_by="all_passed", checks=(), u_prom=0.1,
@@ -92,10 +101,14 @@ def test_a_damaged_run_is_listed_as_unreadable_beside_the_others(tmp_path, capsy
     _episode(tmp_path, "ep-1", policy="bcit", charges=[1.0], promote=False, report=True)
     bad = _episode(tmp_path, "ep-2", policy="bcit", charges=[], promote=False, report=False)
     (bad / "parent.json").write_text("{not json")
+    edited = _episode(tmp_path, "ep-3", policy="bcit", charges=[], promote=False, report=False)
+    manifest = json.loads((edited / "manifest.json").read_text())
+    (edited / "manifest.json").write_text(json.dumps(manifest | {"budget_device_hours": 99.0}))
     assert main(["runs", "ls", "--runs", str(tmp_path), "--json"]) == 0
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["ep-1"]["state"] == "finished" and rows["ep-2"]["state"] == "unreadable"
     assert "not valid JSON" in rows["ep-2"]["error"]
+    assert rows["ep-3"]["state"] == "unreadable" and "manifest_hash" in rows["ep-3"]["error"]  # an edited manifest
 
 
 def test_a_second_process_cannot_run_a_held_episode(tmp_path):

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent.rundir import RunDir
+
 EXAMPLES = """examples:
   agent runs ls
   agent runs ls --runs runs/compare-v2/episodes --json
@@ -32,30 +34,31 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_ls)
 
 
-def episode_state(run_dir: Path) -> str:
+def episode_state(rd: RunDir) -> str:
     from agent.experiments.compare import finished  # noqa: PLC0415
     from agent.runlock import running  # noqa: PLC0415
 
-    if running(run_dir):
+    if running(rd.path):
         return "running"
-    return "finished" if finished(run_dir) else "killed"
+    return "finished" if finished(rd.path) else "killed"
 
 
 def describe(run_dir: Path) -> dict[str, Any]:
-    """One episode's row, read from manifest.json, parent.json and ledger.sqlite."""
+    """One episode's row: its manifest (hash-checked), parent pointer and ledger, through RunDir."""
     from agent.promotion import read_pointer  # noqa: PLC0415
 
-    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    rd = RunDir(run_dir)
+    manifest = rd.manifest()
     spent = 0.0
-    if (run_dir / "ledger.sqlite").is_file():
+    if rd.ledger_file.is_file():
         from trainers.ledger import Ledger  # noqa: PLC0415
 
-        spent = Ledger(str(run_dir / "ledger.sqlite")).spent(manifest["episode_id"])
-    promotions = read_pointer(run_dir).promotions if (run_dir / "parent.json").is_file() else 0
-    state = episode_state(run_dir)
-    return {"id": run_dir.name, "state": state, "policy": manifest["config"]["policy"],
-            "world": manifest["config"]["world"], "spent_h": round(spent, 4),
-            "budget_h": manifest["budget_device_hours"], "promotions": promotions, "path": str(run_dir),
+        spent = Ledger(str(rd.ledger_file)).spent(manifest.episode_id)
+    promotions = read_pointer(run_dir).promotions if rd.parent_file.is_file() else 0
+    state = episode_state(rd)
+    return {"id": rd.episode_id, "state": state, "policy": manifest.config["policy"],
+            "world": manifest.config["world"], "spent_h": round(spent, 4),
+            "budget_h": manifest.budget_device_hours, "promotions": promotions, "path": str(run_dir),
             "resume": f"agent run --resume {run_dir}" if state == "killed" else None}
 
 
@@ -65,8 +68,8 @@ def list_runs(folder: Path) -> list[dict[str, Any]]:
 
     if not folder.is_dir():
         raise BadInput(f"runs folder {folder} not found: pass --runs DIR (the folder that holds runs/ID directories)")
-    dirs = [d for d in folder.iterdir() if (d / "manifest.json").is_file()]
-    return [_row(d) for d in sorted(dirs, key=lambda d: ((d / "manifest.json").stat().st_mtime, d.name))]
+    dirs = [d for d in folder.iterdir() if RunDir(d).started()]
+    return [_row(d) for d in sorted(dirs, key=lambda d: (RunDir(d).manifest_file.stat().st_mtime, d.name))]
 
 
 def _row(run_dir: Path) -> dict[str, Any]:
