@@ -336,8 +336,13 @@ def gate(initial: Results, parent: Results, child: Results, config: GateConfig, 
     shas = {role: _model_sha(role, r) for role, r in roles.items()}
     needed = {config.ifeval_suite} | {s.name.partition(".")[0] for s in specs}
     needed |= {k.partition(".")[0] for k in family_targets.values()}
-    _same_data(roles, needed)
-    u_check, u_prom = _target(parent, child, config, f"{target_suite}.{target_metric}", family_targets)
+    try:
+        _same_data(roles, needed)
+        u_check, u_prom = _target(parent, child, config, f"{target_suite}.{target_metric}", family_targets)
+    except BadInput as exc:  # a suite or metric the rule needs is missing: fail closed, never promote
+        check = GateCheck(name="hard_failures", passed=False, numbers={}, reason=f"cannot judge: {exc}"[:500])
+        return GateVerdict(promote=False, decided_by="hard_failures", checks=(check,), u_prom=None,
+                           child_sha256=shas["child"], parent_sha256=shas["parent"], initial_sha256=shas["initial"])
     checks = (_ifeval_guard(initial, child, config), u_check, _captrack(initial, child, config, specs),
               _hard_failures(roles, config, tuple(sanity)))
     failing = next((c.name for c in checks if not c.passed), None)
