@@ -1,53 +1,94 @@
-"""Throughput of batched greedy generation vs a per-example loop, on the same prompts, in one run.
+"""Batched greedy generation vs a per-example loop, at the loop's evaluation sizes, in one run.
 
-    .venv/bin/python bench/generation.py [--n 64] [--batch-size 16] [--max-new-tokens 32] [--model DIR]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/generation.py [--n 64] [--batch-size 32] [--threads 1] [--model DIR]
 
-Without --model a small random Qwen3 (hidden 128, 2 layers, local BPE tokenizer) is built
-in a temp folder, so the number measures the pipeline, not a trained model.
+Without --model it loads the cached default world's base model (`ensure_world("default")`; the
+first call builds it). For every suite the loop evaluates, the same `n` validation prompts go
+through `evaluators.generate.generate` twice, at `--batch-size` and at batch 1, with the
+suite's own max_new_tokens (`evaluators.evaluation.MAX_NEW_TOKENS`, what the loop uses). It
+prints per suite and in total: seconds, the ratio per-example / batched, how many generations
+agree, and the share of batched decode slots that were real tokens (a batch decodes until its
+longest row stops, so rows that stopped early are padding), and the share of the per-example
+CPU time that is prefill (the same loop at max_new_tokens=1): prefill is matmul-bound already
+at batch 1, so batching cannot speed it up much; these two bound the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def build_model(path: Path) -> Path:
-    import torch
-    from tokenizers import Tokenizer, decoders, models as tm, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+def default_model() -> str:
+    from agent.world.embedded import ensure_world
 
+    return ensure_world("default").base_dir
+
+
+def timed(fn):
+    """(result, wall seconds, this process's CPU seconds): the machine is shared, so CPU time is
+    the steadier figure (one torch thread: CPU seconds are the work done)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def useful_share(tok, gens: list[str], lengths: list[int], batch_size: int, max_new: int) -> float:
+    """Real tokens over decoded slots, about: each row's tokens (+1 for its stop token, capped at
+    max_new) over batch size x the longest row, for batches formed as generate() forms them."""
+    from evaluators.generate import length_batches
+
+    real = [min(len(tok(g, add_special_tokens=False)["input_ids"]) + 1, max_new) for g in gens]
+    slots = sum(len(b) * max(real[i] for i in b) for b in length_batches(lengths, batch_size))
+    return sum(real) / slots
+
+
+def bench_suite(loaded, suite: str, n: int, batch_size: int) -> dict:
     from evaluators import tasks
+    from evaluators.evaluation import MAX_NEW_TOKENS
+    from evaluators.generate import generate
 
-    bpe = Tokenizer(tm.BPE(unk_token=None))
-    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    corpus = [x["messages"][0]["content"] for t in tasks.TASKS for x in tasks.items(t, "train", 0, n=50)]
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=1000, special_tokens=[
-        "<|endoftext|>", "<|im_start|>", "<|im_end|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    Qwen3ForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    prompts = [x["messages"] for x in tasks.items(suite, "validation", 0, n)]
+    max_new = MAX_NEW_TOKENS[suite.split("/")[0]]
+    batched, t_b, c_b = timed(lambda: generate(loaded, prompts, batch_size=batch_size, max_new_tokens=max_new))
+    single, t_1, c_1 = timed(lambda: generate(loaded, prompts, batch_size=1, max_new_tokens=max_new))
+    _, _, c_prefill = timed(lambda: generate(loaded, prompts, batch_size=1, max_new_tokens=1))
+    tok = loaded[1]
+    lengths = [len(tok(tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                       add_special_tokens=False)["input_ids"]) for p in prompts]
+    return {"suite": suite, "n": len(prompts), "max_new": max_new, "batched_s": t_b, "per_example_s": t_1,
+            "batched_cpu": c_b, "per_example_cpu": c_1, "prefill_share": c_prefill / c_1,
+            "agree": sum(a == b for a, b in zip(batched, single)),
+            "useful": useful_share(tok, batched, lengths, batch_size, max_new)}
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'suite':16s} {'new':>4s} {'wall: batched':>13s} {'per-ex':>7s} {'ratio':>6s} "
+          f"{'cpu: batched':>12s} {'per-ex':>7s} {'ratio':>6s} {'agree':>7s} {'useful':>6s} {'prefill':>7s}")
+    for r in rows:
+        print(f"{r['suite']:16s} {r['max_new']:4d} {r['batched_s']:12.2f}s {r['per_example_s']:6.2f}s "
+              f"{r['per_example_s'] / r['batched_s']:5.2f}x {r['batched_cpu']:11.2f}s {r['per_example_cpu']:6.2f}s "
+              f"{r['per_example_cpu'] / r['batched_cpu']:5.2f}x {r['agree']:3d}/{r['n']:<3d} {r['useful']:6.0%} "
+              f"{r['prefill_share']:7.0%}")
+    total = {k: sum(r[k] for r in rows) for k in ("batched_s", "per_example_s", "batched_cpu", "per_example_cpu",
+                                                   "agree", "n")}
+    print(f"total: wall batched {total['batched_s']:.2f} s, per-example {total['per_example_s']:.2f} s, ratio "
+          f"{total['per_example_s'] / total['batched_s']:.2f}x; cpu batched {total['batched_cpu']:.2f} s, "
+          f"per-example {total['per_example_cpu']:.2f} s, ratio {total['per_example_cpu'] / total['batched_cpu']:.2f}x; "
+          f"{total['agree']}/{total['n']} generations identical")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--n", type=int, default=64, help="items per suite (the loop's eval_n default)")
+    ap.add_argument("--batch-size", type=int, default=32, help="the loop's eval_batch_size default")
     ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--suites", nargs="*", default=None)
     args = ap.parse_args()
 
     import torch
@@ -56,23 +97,13 @@ def main() -> int:
     from evaluators.generate import generate
 
     torch.set_num_threads(args.threads)
-    model_dir = Path(args.model) if args.model else build_model(Path(tempfile.mkdtemp()) / "bench-model")
-    loaded = models.load(model_dir)
-    prompts = [x["messages"] for t in tasks.TASKS for x in tasks.items(t, "test", 0, n=args.n // len(tasks.TASKS) + 1)]
-    prompts = prompts[:args.n]
-    generate(loaded, prompts[:2], batch_size=2, max_new_tokens=4)  # warm-up
-    timings = {}
-    for name, bs in (("batched", args.batch_size), ("per_example", 1)):
-        t0 = time.perf_counter()
-        generate(loaded, prompts, batch_size=bs, max_new_tokens=args.max_new_tokens)
-        timings[name] = time.perf_counter() - t0
+    loaded = models.load(args.model or default_model())
+    generate(loaded, [[{"role": "user", "content": "hi"}]] * 2, batch_size=2, max_new_tokens=4)  # warm-up
+    rows = [bench_suite(loaded, s, args.n, args.batch_size) for s in (args.suites or tasks.TASKS)]
     params = sum(p.numel() for p in loaded[0].parameters())
-    print(f"model {params / 1e6:.2f}M params, {len(prompts)} prompts, {args.max_new_tokens} new tokens, "
+    print(f"model {params / 1e6:.2f}M params, {args.n} prompts per suite, batch {args.batch_size}, "
           f"{args.threads} thread(s)")
-    for name, sec in timings.items():
-        print(f"{name:12s} {sec:7.2f} s  {len(prompts) / sec:7.2f} prompts/s")
-    print(f"throughput ratio batched/per-example (batch {args.batch_size}): "
-          f"{timings['per_example'] / timings['batched']:.2f}x")
+    print_table(rows)
     return 0
 
 

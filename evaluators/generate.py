@@ -2,8 +2,12 @@
 
 `prompts` are chat message lists; every backend renders them with the model's chat template
 and decodes greedily, so a rerun gives the same text (up to backend numerics).
-- transformers (default, CPU or GPU): batched greedy, left padding, prompts sorted by length so a batch
-  wastes little padding; the original order is restored.
+- transformers (default, CPU or GPU): batched greedy through `model.generate` with the KV cache on,
+  left padding, prompts sorted by token length so a batch wastes little padding (the original order
+  is restored); each row stops at its own EOS / <|im_end|> and a batch ends when all its rows have
+  (transformers' own stopping criteria). Outputs equal a one-by-one loop's (tests/test_generate.py;
+  512 of 512 on the default world, bench/generation.py). A batch still decodes until its longest
+  row stops: rows that stopped early ride along as padding.
 - vllm: optional extra, imported only when chosen.
 - openai: any OpenAI-compatible endpoint (OPENAI_BASE_URL / OPENAI_API_KEY); `model` is the
   served model's name.
@@ -19,6 +23,24 @@ from experience_bank.errors import BadInput
 Messages = list[dict]
 
 
+def stop_ids(net, tok) -> list[int]:
+    """Token ids that end a row: the model's generation EOS, the tokenizer's EOS and ChatML's <|im_end|>.
+
+    generate() marks a row finished when it emits any of them (pads it from then on) and ends the
+    batch once every row has finished (transformers' EosTokenCriteria)."""
+    configured = net.generation_config.eos_token_id
+    ids = set(configured if isinstance(configured, list) else [] if configured is None else [configured])
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    ids.update(i for i in (tok.eos_token_id, im_end) if i is not None and i != tok.unk_token_id)
+    return sorted(ids)
+
+
+def length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices in batches of rows with close prompt lengths (in tokens), so padding wastes little."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
 def _transformers(model, prompts: list[Messages], batch_size: int, max_new_tokens: int, seed: int) -> list[str]:
     import torch
     from evaluators import models
@@ -26,13 +48,14 @@ def _transformers(model, prompts: list[Messages], batch_size: int, max_new_token
     net, tok = models.load(model) if isinstance(model, (str, os.PathLike)) else model
     torch.manual_seed(seed)
     texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    stop = stop_ids(net, tok)
     out: list[str] = [""] * len(texts)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(net.device)
-        with torch.no_grad():
-            gen = net.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+    for idx in length_batches([len(x) for x in ids], batch_size):
+        enc = tok.pad({"input_ids": [ids[i] for i in idx]}, padding=True, return_tensors="pt").to(net.device)
+        with torch.no_grad():  # use_cache: a checkpoint saved by a trainer may carry use_cache=False
+            gen = net.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, use_cache=True,
+                               eos_token_id=stop, pad_token_id=tok.pad_token_id)
         for i, row in zip(idx, gen[:, enc["input_ids"].shape[1]:]):
             out[i] = tok.decode(row, skip_special_tokens=True)
     return out

@@ -150,3 +150,51 @@ def test_openai_backend_through_a_fake_client(monkeypatch):
                    backend="openai", max_new_tokens=5, seed=3)
     assert out == ["A", "B"]
     assert seen[0]["temperature"] == 0.0 and seen[0]["max_tokens"] == 5 and seen[0]["model"] == "served-model"
+
+
+@pytest.fixture(scope="module")
+def test_world_model():
+    from agent.world.embedded import ensure_world
+
+    return models.load(ensure_world("test", threads=1).base_dir)
+
+
+def test_batched_equals_per_example_on_the_test_world(test_world_model):
+    """Greedy outputs do not depend on batching: 2 prompts of every suite, batches of 8 vs one by one."""
+    prompts = [x["messages"] for t in tasks.TASKS for x in tasks.items(t, "validation", 0, 2)]
+    batched = generate(test_world_model, prompts, batch_size=8, max_new_tokens=48)
+    single = generate(test_world_model, prompts, batch_size=1, max_new_tokens=48)
+    assert batched == single and len(set(batched)) > 4  # identical, and not one degenerate answer
+
+
+def test_rows_stop_at_im_end_and_the_batch_ends_when_all_stopped(test_world_model):
+    """With room for 200 tokens, each batch runs only until its longest row emits <|im_end|>,
+    and every decode step feeds one token (the KV cache is on, whatever config.use_cache says)."""
+    from evaluators.generate import length_batches, stop_ids
+
+    net, tok = test_world_model
+    assert tok.convert_tokens_to_ids("<|im_end|>") in stop_ids(net, tok)
+    prompts = [x["messages"] for t in ("sql/source", "ifeval") for x in tasks.items(t, "validation", 0, 4)]
+    inputs = []
+    hook = net.register_forward_pre_hook(lambda m, a, kw: inputs.append(kw["input_ids"].shape), with_kwargs=True)
+    try:
+        gens = generate(test_world_model, prompts, batch_size=4, max_new_tokens=200)
+    finally:
+        hook.remove()
+    lengths = [len(tok(g, add_special_tokens=False)["input_ids"]) for g in gens]
+    assert max(lengths) < 150  # every row stopped on its own
+    prefills = [s for s in inputs if s[1] > 1]
+    assert len(prefills) == 2 and all(s[0] == 4 for s in inputs)  # one prefill per batch, then one token a step
+    prompt_lens = [len(tok(tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                           add_special_tokens=False)["input_ids"]) for p in prompts]
+    batches = length_batches(prompt_lens, 4)
+    # a batch decodes until its longest row's stop token, within a token of re-tokenising its text
+    expected = sum(max(lengths[i] for i in b) + 1 for b in batches)
+    assert abs(len(inputs) - expected) <= 2 and len(inputs) < 2 * 200
+
+
+def test_length_batches_sort_by_length_and_cover_every_row():
+    from evaluators.generate import length_batches
+
+    out = length_batches([5, 1, 9, 3, 7], 2)
+    assert out == [[1, 3], [0, 4], [2]]
