@@ -116,7 +116,7 @@ def test_episode_is_mirrored_with_decisions_ledger_and_champion(episode):
     assert v["client"].get_model_version_by_alias(v["lineage"], "previous").tags["candidate"] == "S05"
     assert not any(x.tags["candidate"] == "S03" for x in v["versions"])  # a rolled-back child is never registered
     artifacts = {a.path for a in v["client"].list_artifacts(ep.info.run_id)}
-    assert {"manifest.json", "parent.json"} <= artifacts
+    assert {"manifest.json", "parent.json", "report.md", "report.html", "captrack_heatmap.png"} <= artifacts
 
 
 def test_second_sync_and_half_logged_run_log_nothing_twice(episode):

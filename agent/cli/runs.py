@@ -93,9 +93,9 @@ def cmd_ls(args) -> int:
         print(f"no episodes under {args.runs}")
         return 0
     width = max(len(r["id"]) for r in rows)
-    print(f"{'episode':<{width}}  {'state':<8}  {'policy':<14}  {'spent / budget h':>17}  promotions")
+    print(f"{'episode':<{width}}  {'state':<10}  {'policy':<14}  {'spent / budget h':>17}  promotions")
     for r in rows:
         spend = f"{r['spent_h']:.2f} / {r['budget_h']:g}"
         note = f"   resume: {r['resume']}" if r["resume"] else (f"   {r['error']}" if "error" in r else "")
-        print(f"{r['id']:<{width}}  {r['state']:<8}  {r['policy']:<14}  {spend:>17}  {r['promotions']:>10}{note}")
+        print(f"{r['id']:<{width}}  {r['state']:<10}  {r['policy']:<14}  {spend:>17}  {r['promotions']:>10}{note}")
     return 0
