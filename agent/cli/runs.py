@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.rundir import RunDir
+if TYPE_CHECKING:  # imported inside the commands: RunDir pulls in the audit (scipy), `agent --help` stays fast
+    from agent.rundir import RunDir
 
 EXAMPLES = """examples:
   agent runs ls
@@ -46,6 +47,7 @@ def episode_state(rd: RunDir) -> str:
 def describe(run_dir: Path) -> dict[str, Any]:
     """One episode's row: its manifest (hash-checked), parent pointer and ledger, through RunDir."""
     from agent.promotion import read_pointer  # noqa: PLC0415
+    from agent.rundir import RunDir  # noqa: PLC0415
 
     rd = RunDir(run_dir)
     manifest = rd.manifest()
@@ -64,6 +66,7 @@ def describe(run_dir: Path) -> dict[str, Any]:
 
 def list_runs(folder: Path) -> list[dict[str, Any]]:
     """Every episode directly under `folder`, oldest first (by manifest time)."""
+    from agent.rundir import RunDir  # noqa: PLC0415
     from experience_bank.errors import BadInput  # noqa: PLC0415
 
     if not folder.is_dir():
