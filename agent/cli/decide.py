@@ -68,10 +68,15 @@ class FeatureRow(BaseModel):
     kappa: Annotated[float, Field(gt=0.0, le=100.0)] | None
     """Normalising scale in pp."""
     family: Score
+    """1. capability-family match."""
     data: Score
+    """2. training-data availability and identity."""
     runtime: Score
+    """3. runtime availability."""
     parent: Score
+    """4. current-parent compatibility."""
     protocol: Score
+    """5. evaluation / output-protocol compatibility."""
     H: Annotated[int, Field(ge=0, le=1)]
     """1 iff a named hard conflict fired."""
     nu: Nu
