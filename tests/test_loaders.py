@@ -24,7 +24,10 @@ def test_tatqa_loader_and_scoring(tmp_path):
     items = loaders.tatqa(path)
     assert [x["id"] for x in items] == ["tatqa:test:q1", "tatqa:test:q2"]
     res = score("finance/target", items, ["Answer: 200\nScale: million", "Answer: services\nScale: none"])
-    assert res.metrics["em"] == 50.0 and res.metrics["f1"] == pytest.approx(100 * (1 + 2 / 3) / 2, abs=1e-3)
+    # TAT-QA's F1 is rounded per question: "services" vs "cloud services" is 0.67
+    assert res.metrics["em"] == 50.0 and res.metrics["f1"] == pytest.approx(100 * (1 + 0.67) / 2, abs=1e-9)
+    gold = score("finance/target", items, [x["reference"]["completion"] for x in items])
+    assert gold.metrics == {"em": 100.0, "f1": 100.0}
 
 
 def test_tatqa_loader_bad_input(tmp_path):
@@ -55,6 +58,8 @@ def test_bird_loader_and_execution(tmp_path):
     assert "Evidence: cost refers to price" in items[0]["messages"][0]["content"]
     res = score("sql/target", items * 2, ["SELECT count(id) FROM item WHERE price >= 4", "SELECT 3"])
     assert res.metrics["exec_acc"] == 50.0
+    gold = score("sql/target", items, [x["reference"]["completion"] for x in items])
+    assert gold.metrics["exec_acc"] == 100.0 and gold.items[0].detail["rule"] == "bird"
 
 
 def test_bird_loader_bad_input(tmp_path):

@@ -9,6 +9,7 @@ with no decided items is None. Unparseable outputs are wrong and counted.
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Callable
 
 from experience_bank.errors import BadInput
@@ -25,17 +26,17 @@ def _finance(ref: dict, text: str, seed: int) -> dict:
     if parsed is None:
         return {"correct": False, "score": 0.0, "parsed": False, "detail": {"em": 0.0}}
     spans, scale = parsed
-    gold = ref["answer"] if isinstance(ref["answer"], list) else [ref["answer"]]
-    em, f1 = tatqa.em_f1(ref["answer_type"], gold, ref["scale"], spans, scale)
+    em, f1 = tatqa.em_f1(ref["answer_type"], ref["answer"], ref["scale"], spans, scale)
     return {"correct": em == 1.0, "score": f1, "parsed": True, "detail": {"em": em}}
 
 
-def _sql(ref: dict, text: str, seed: int) -> dict:
+def _sql(ref: dict, text: str, seed: int, rule: str = "spider") -> dict:
     from evaluators.tasks import sql as sql_task  # the world's databases, built on demand
     db = ref.get("db_path") or sql_task.db_path(ref["db"], ref["seed"])
-    verdict = sql_exec.judge(db, sql_exec.extract_sql(text), ref["sql"])
-    return {"correct": verdict["correct"], "parsed": verdict["status"] != "empty",
-            "detail": {"status": verdict["status"]}, "error": verdict["error"]}
+    verdict = sql_exec.judge(db, sql_exec.extract_sql(text), ref["sql"], rule=rule)
+    detail = {"status": verdict["status"], "rule": rule, "strict": verdict["strict"]}
+    return {"correct": verdict["correct"], "parsed": verdict["status"] != "empty", "detail": detail,
+            "error": verdict["error"]}
 
 
 def _function(ref: dict, text: str, seed: int) -> dict:
@@ -60,8 +61,17 @@ def _captrack(ref: dict, text: str, seed: int) -> dict:
     return out
 
 
-JUDGES: dict[str, Callable[[dict, str, int], dict]] = {
+JUDGES: dict[str, Callable[[dict, str, int], dict]] = {  # "sql": Spider's rule; score() picks each suite's
     "finance": _finance, "sql": _sql, "function": _function, "ifeval": _ifeval, "captrack": _captrack}
+
+
+def _judge_of(suite: str) -> Callable[[dict, str, int], dict]:
+    family = suite.split("/")[0]
+    if family == "sql":  # BIRD's rule for BIRD-like targets, Spider's for Spider-like sources
+        return partial(_sql, rule=sql_exec.rule(suite))
+    return JUDGES[family]
+
+
 _COMPONENT = {"finance": tatqa.VERSION, "sql": sql_exec.VERSION, "function": bfcl.VERSION,
               "ifeval": ifeval_check.VERSION, "captrack": captrack.VERSION}
 
@@ -86,6 +96,7 @@ def _aggregate(family: str, results: list[ItemResult]) -> dict[str, float | None
     if family == "sql":
         status = [r.detail.get("status") for r in known]
         return {"exec_acc": _pct([float(r.correct) for r in known]),
+                "exec_acc_strict": _pct([float(r.detail["strict"]) for r in known]),
                 "timeout_rate": _pct([float(s == "timeout") for s in status]),
                 "refusal_rate": _pct([float(s == "refused") for s in status]),
                 "limit_rate": _pct([float(s == "limit") for s in status])}
@@ -154,7 +165,8 @@ def score(suite: str, items: list[dict], generations: list[str], *, identity: Ev
     if family not in JUDGES:
         raise BadInput(f"unknown suite {suite!r}: expected a suite of {', '.join(JUDGES)}")
     identity = identity or offline_identity(suite, items)
-    results = [_judge_one(JUDGES[family], it, g, identity.seed) for it, g in zip(items, generations, strict=True)]
+    judge = _judge_of(suite)
+    results = [_judge_one(judge, it, g, identity.seed) for it, g in zip(items, generations, strict=True)]
     return SuiteResult(identity=identity, generations_sha256=sha256_text(generations_jsonl(items, generations)),
                        metrics=_aggregate(family, results), items=tuple(results),
                        n_unparseable=sum(not r.parsed for r in results),
