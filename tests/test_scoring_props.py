@@ -50,3 +50,49 @@ def test_f1_is_the_token_set_f1_of_the_joined_answers(gold, pred):
     common = len(g & p)
     f1 = 0.0 if not common else 2 * common / (len(g) + len(p))
     assert tatqa.em_f1("multi-span", gold, "", pred, "")[1] == round(f1, 2)
+
+
+# --- Spider's denotation equality: the pruned search decides what plain enumeration decides ---
+
+values = st.sampled_from([1, 1.0, 2, 2.5, "a", "b", None])
+
+
+@st.composite
+def tables(draw):
+    width, height = draw(st.integers(1, 3)), draw(st.integers(0, 4))
+    row = st.tuples(*[values] * width)
+    return draw(st.lists(row, min_size=height, max_size=height)), draw(st.lists(row, min_size=height, max_size=height))
+
+
+def _spider_by_enumeration(gold, pred, ordered):
+    from collections import Counter
+    from itertools import permutations
+    if not gold and not pred:
+        return True
+    if len(gold) != len(pred) or len(gold[0]) != len(pred[0]):
+        return False
+    def key(row):
+        return tuple(sorted(row, key=lambda v: str(v) + str(type(v))))
+    g, p = [key(r) for r in gold], [key(r) for r in pred]
+    if not (g == p if ordered else set(g) == set(p)):
+        return False
+    for perm in permutations(range(len(gold[0]))):
+        moved = [tuple(r[j] for j in perm) for r in pred]
+        if (gold == moved) if ordered else Counter(gold) == Counter(moved):
+            return True
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(pair=tables(), ordered=st.booleans(), shuffle=st.randoms(use_true_random=False))
+def test_spider_equality_matches_plain_enumeration(pair, ordered, shuffle):
+    from evaluators.scoring.sql_exec import spider_equal
+    gold, pred = pair
+    assert spider_equal(gold, pred, ordered) == _spider_by_enumeration(gold, pred, ordered)
+    # the gold with its columns permuted (and, unordered, its rows shuffled) is always equal
+    cols = list(range(len(gold[0]))) if gold else []
+    shuffle.shuffle(cols)
+    moved = [tuple(r[j] for j in cols) for r in gold]
+    if not ordered:
+        shuffle.shuffle(moved)
+    assert spider_equal(gold, moved, ordered)
