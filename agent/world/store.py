@@ -1,5 +1,8 @@
 """A built world and its cache: the `World` record, where worlds live, and atomic publication.
 
+`World` is the embedded implementation of agent.world.interface.WorldData (its items and
+pools are generated from its seed); agent/world/local.py is the other one.
+
 Shared by every way of making a world (the embedded build in agent/world/embedded.py, the
 smol conversion in agent/world/smol.py), which is why it is a module of its own: the two
 builders import it, and neither imports the other.
@@ -60,6 +63,46 @@ class World:
         d = json.loads(text)
         d["model"] = ModelRef.model_validate(d["model"])
         return cls(**d)
+
+    # --- agent.world.interface.WorldData: the tasks this world's seed generates ----------
+    @property
+    def step_scale(self) -> float:
+        from agent.world.catalogue import STEP_SCALE
+
+        return STEP_SCALE.get(self.size, 1.0)
+
+    def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
+        return EmbeddedTasks(self.seed).items(task, split, n)
+
+    def sft_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
+        return EmbeddedTasks(self.seed).sft_examples(dataset_id, n)
+
+    def grpo_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
+        return EmbeddedTasks(self.seed).grpo_examples(dataset_id, n)
+
+
+@dataclass(frozen=True)
+class EmbeddedTasks:
+    """The embedded world's generated items and pools of one seed (evaluators.tasks), also
+    without a built world (`agent train --world-seed N`)."""
+
+    seed: int
+
+    def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
+        from evaluators import tasks
+
+        return tasks.items(task, split, self.seed, n)
+
+    def sft_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
+        from evaluators import tasks
+
+        return tasks.sft_examples(dataset_id, self.seed, n)
+
+    def grpo_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
+        from evaluators import tasks
+
+        return tasks.grpo_examples(dataset_id, self.seed, n)
+
 
 def cache_root() -> Path:
     """`$AGENT_CACHE` if set, else `~/.cache/posttrain-agent`."""
