@@ -119,7 +119,23 @@ class Tracker:
 
     def start(self, manifest: dict[str, Any]) -> None:
         """Find or create the episode's run; log the manifest (identical values re-log as no-ops)."""
-        self._guarded("starting the episode run", lambda: self._start(plain(manifest)))
+        self._guarded("starting the episode run", lambda: self._serialised(lambda: self._start(plain(manifest))))
+
+    def _serialised(self, fn: Callable[[], Any]) -> Any:
+        """Run fn holding `<db>.lock` when the store is a local SQLite file: episodes started together
+        (`agent compare --jobs N`) would otherwise race to create its tables (alembic's migrations
+        are not safe to run twice at once). Alembic's notes on its own migration steps are silenced."""
+        if not self.uri.startswith("sqlite:///"):
+            return fn()
+        import fcntl  # noqa: PLC0415
+        import warnings  # noqa: PLC0415
+
+        lock = Path(self.uri.removeprefix("sqlite:///") + ".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "a") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes
+            return fn()
 
     def _experiment(self, client) -> str:
         found = client.get_experiment_by_name(EXPERIMENT)
@@ -356,7 +372,7 @@ def log_comparison(out: Path, uri: str | None = None, say: Callable[[str], None]
     Returns the run id (None when the tracker is down: warned once, nothing else changes).
     """
     tracker = Tracker(tracking_uri(uri, out / "episodes"), out / "episodes" / "compare", say)
-    return tracker._guarded("logging the comparison", lambda: _log_comparison(tracker, out))
+    return tracker._guarded("logging the comparison", lambda: tracker._serialised(lambda: _log_comparison(tracker, out)))
 
 
 def _log_comparison(tracker: Tracker, out: Path) -> str:

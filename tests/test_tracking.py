@@ -166,6 +166,31 @@ def test_a_tracker_that_is_down_warns_once_and_the_episode_goes_on(tmp_path):
     assert json.loads((tmp_path / "E-fake" / "parent.json").read_text())["promotions"] == 3
 
 
+START = """import sys; from pathlib import Path; from agent.tracking import Tracker
+said = []
+t = Tracker(sys.argv[1], Path(sys.argv[2]), said.append)
+t.start({"episode_id": Path(sys.argv[2]).name, "config": {"policy": "bcit", "world": "w"}, "budget_device_hours": 1.0,
+         "library_version": 1, "manifest_hash": "0" * 64, "initial": {"sha256": "1" * 64}})
+print(said)"""
+
+
+@pytest.mark.slow  # three processes; without the store lock two of three lost the race to alembic
+def test_episodes_started_together_share_a_fresh_store(tmp_path):
+    """`agent compare --jobs N` on a fresh folder: N processes create the SQLite store at once."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", START, uri, str(tmp_path / f"ep-{i}")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for i in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [(p.returncode, o.strip()) for p, (o, _) in zip(procs, outs)] == [(0, "[]")] * 3, outs
+    assert not any("Warning" in err for _, err in outs)
+    from agent.tracking import EXPERIMENT
+
+    c = _client(uri)
+    runs = c.search_runs([c.get_experiment_by_name(EXPERIMENT).experiment_id], "tags.kind = 'episode'")
+    assert sorted(r.data.tags["episode_id"] for r in runs) == ["ep-0", "ep-1", "ep-2"]
+
+
 def test_no_tracking_writes_no_store_but_holds_the_run_lock(tmp_path, monkeypatch):
     from agent.runlock import running
     from agent.tracking import tracked
