@@ -124,6 +124,9 @@ def test_tatqa_number_reading():
     assert tatqa.is_number("$124") and tatqa.is_number("1.2 million") and not tatqa.is_number("12 apples")
     assert tatqa.normalize("(134.12)") == "-134.12" and tatqa.normalize("18.3%") == "0.183"
     assert tatqa.answer_string(["b", "A", "12"], "million") == "12000000.0000 A million b million"
+    # a model's absurd number is wrong, not a scorer crash (the official raises on it)
+    assert tatqa.em_f1("arithmetic", 5, "", ["9" * 5000], "") == (0.0, 0.0)
+    assert tatqa.em_f1("arithmetic", 5, "", ["1e400"], "") == (0.0, 0.0)
 
 
 def test_tatqa_gold_through_our_protocol_scores_100_on_its_dev_shapes():

@@ -122,15 +122,16 @@ def _column_candidates(gold: list[tuple], pred: list[tuple], ordered: bool) -> l
     return [[j for j in range(width) if col(pred, j) == col(gold, i)] for i in range(width)]
 
 
-def _permutations(candidates: list[list[int]], pred_cols: list[tuple], taken: tuple[int, ...] = ()):
+def _permutations(candidates: list[list[int]], twin: list[int], taken: tuple[int, ...] = ()):
+    """Injective column maps; twin[j] is the first column identical to j (interchangeable: try one)."""
     if len(taken) == len(candidates):
         yield taken
         return
     tried = set()
     for j in candidates[len(taken)]:
-        if j not in taken and pred_cols[j] not in tried:  # identical columns are interchangeable
-            tried.add(pred_cols[j])
-            yield from _permutations(candidates, pred_cols, (*taken, j))
+        if j not in taken and twin[j] not in tried:
+            tried.add(twin[j])
+            yield from _permutations(candidates, twin, (*taken, j))
 
 
 def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
@@ -143,7 +144,8 @@ def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
     if not (g_rows == p_rows if ordered else set(g_rows) == set(p_rows)):
         return False
     pred_cols = [tuple(r[j] for r in pred) for j in range(len(pred[0]))]
-    for n, perm in enumerate(_permutations(_column_candidates(gold, pred, ordered), pred_cols)):
+    twin = [pred_cols.index(col) for col in pred_cols]
+    for n, perm in enumerate(_permutations(_column_candidates(gold, pred, ordered), twin)):
         if n == MAX_PERMUTATIONS:  # Spider would enumerate on for hours; we say we cannot decide
             raise RuntimeError(f"over {MAX_PERMUTATIONS} column permutations to compare")
         permuted = [tuple(row[j] for j in perm) for row in pred]

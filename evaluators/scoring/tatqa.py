@@ -54,6 +54,8 @@ def _first_number(text: str) -> int | float | None:
     match = _FIRST_NUMBER.search(_clean(text))
     if match is None or not match.group(1):  # a leading ".5" matches only the third group: None
         return None
+    if len(match.group(1)) > 4000:  # past Python's int-from-str limit the official raises; we read no number
+        return None
     return float(match.group(1)) if "." in match.group(1) else int(match.group(1))
 
 
