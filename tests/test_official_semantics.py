@@ -219,6 +219,23 @@ def test_a_result_over_the_row_cap_is_a_limit_hit(db):
     assert sql_exec.judge(db, "SELECT 1", many, rule="bird")["correct"] is None
 
 
+def test_a_prediction_over_sqlparse_token_bound_is_a_limit_hit_not_unknown(db):
+    huge = "SELECT 1 " + "AND 1 " * 12_000
+    out = sql_exec.judge(db, huge, "SELECT 1", rule="spider")
+    assert out["correct"] is False and out["status"] == "limit" and "sqlparse" in out["error"]
+    assert sql_exec.judge(db, "SELECT 1", huge, rule="spider")["correct"] is None
+
+
+def test_a_comparison_over_the_permutation_bound_is_undecided(monkeypatch):
+    # two 9x9 Latin squares (cyclic, and Z3 x Z3): every column holds 0..8, every row too, so
+    # only an enumeration of column permutations tells them apart
+    monkeypatch.setattr(sql_exec, "MAX_PERMUTATIONS", 1_000)
+    cyclic = [tuple((k + j) % 9 for j in range(9)) for k in range(9)]
+    z3 = [tuple(3 * ((a // 3 + b // 3) % 3) + (a + b) % 3 for b in range(9)) for a in range(9)]
+    assert sql_exec.spider_equal(cyclic, z3, ordered=False) is None
+    assert sql_exec.spider_equal(cyclic, [r[3:] + r[:3] for r in cyclic], ordered=False) is True
+
+
 def _sql_item(db, gold: str, i: int) -> dict:
     return {"id": f"sql/target:test:{i}", "messages": [{"role": "user", "content": "q"}],
             "reference": {"db_path": str(db), "sql": gold, "completion": gold}}

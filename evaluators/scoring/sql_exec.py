@@ -24,8 +24,9 @@ What differs, and why:
 - writes are refused by the sandbox (BIRD would run them on its copy);
 - an empty prediction is wrong (BIRD would run "" and count it right on an empty gold
   result; Spider's DISTINCT removal fails on it);
-- a comparison needing over MAX_PERMUTATIONS column permutations is a scorer error (the
-  item is UNKNOWN) where Spider would enumerate them all.
+- a prediction over sqlparse's token bound, or whose comparison needs over
+  MAX_PERMUTATIONS column permutations, is a limit hit (failed) where Spider would raise or
+  enumerate them all.
 `strict` is a stricter variant reported beside the official verdict, never instead of it:
 the official verdict AND the raw rows equal with columns in place, as bags, in order when
 the gold query has ORDER BY.
@@ -134,8 +135,9 @@ def _permutations(candidates: list[list[int]], twin: list[int], taken: tuple[int
             yield from _permutations(candidates, twin, (*taken, j))
 
 
-def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
-    """Spider's denotation equality: bags (or lists when ordered) under some column permutation."""
+def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool | None:
+    """Spider's denotation equality: bags (or lists when ordered) under some column permutation;
+    None when deciding it would take over MAX_PERMUTATIONS permutations."""
     if not gold and not pred:
         return True
     if len(gold) != len(pred) or len(gold[0]) != len(pred[0]):
@@ -146,8 +148,8 @@ def spider_equal(gold: list[tuple], pred: list[tuple], ordered: bool) -> bool:
     pred_cols = [tuple(r[j] for r in pred) for j in range(len(pred[0]))]
     twin = [pred_cols.index(col) for col in pred_cols]
     for n, perm in enumerate(_permutations(_column_candidates(gold, pred, ordered), twin)):
-        if n == MAX_PERMUTATIONS:  # Spider would enumerate on for hours; we say we cannot decide
-            raise RuntimeError(f"over {MAX_PERMUTATIONS} column permutations to compare")
+        if n == MAX_PERMUTATIONS:  # Spider would enumerate on for hours: a bound hit
+            return None
         permuted = [tuple(row[j] for j in perm) for row in pred]
         if (gold == permuted) if ordered else Counter(gold) == Counter(permuted):
             return True
@@ -159,7 +161,12 @@ def strict_equal(pred: list[tuple], gold: list[tuple], gold_sql: str) -> bool:
     return pred == gold if _ORDER_BY.search(gold_sql) else Counter(pred) == Counter(gold)
 
 
-def _run(db: str | Path, sql: str, deadline_s: float) -> sandbox.Outcome:
+def _run(db: str | Path, sql: str, deadline_s: float, prepare=None) -> sandbox.Outcome:
+    """The query's rows under the sandbox, after `prepare` (Spider's rewrites); a bound hit is an outcome."""
+    try:
+        sql = prepare(sql) if prepare else sql
+    except sqlparse.exceptions.SQLParseError as exc:  # over sqlparse's own token bound
+        return sandbox.Outcome(None, "limit", f"sqlparse: {exc}")
     out = sandbox.run(db, sql, deadline_s, max_rows=MAX_ROWS + 1)
     if out.rows is not None and len(out.rows) > MAX_ROWS:
         return sandbox.Outcome(None, "limit", f"result over {MAX_ROWS} rows")
@@ -175,18 +182,19 @@ def judge(db: str | Path, pred_sql: str, gold_sql: str, rule: str = "spider", de
     """
     if rule not in ("bird", "spider"):
         raise ValueError(f"unknown SQL rule {rule!r}: expected bird or spider")
-    gold_run = spider_gold(gold_sql) if rule == "spider" else gold_sql
-    gold = _run(db, gold_run, deadline_s)
+    spider = rule == "spider"
+    gold = _run(db, gold_sql, deadline_s, spider_gold if spider else None)
     if gold.rows is None:
         return {"correct": None, "strict": None, "status": "gold_error", "error": gold.message[:300]}
     if not pred_sql:
         return {"correct": False, "strict": False, "status": "empty", "error": None}
-    pred = _run(db, spider_pred(pred_sql) if rule == "spider" else pred_sql, deadline_s)
+    pred = _run(db, pred_sql, deadline_s, spider_pred if spider else None)
     if pred.rows is None:
         return {"correct": False, "strict": False, "status": pred.status, "error": pred.message[:300]}
-    if rule == "spider":
-        correct = spider_equal(gold.rows, pred.rows, spider_ordered(gold_sql))
-    else:
-        correct = bird_equal(pred.rows, gold.rows)
+    correct = spider_equal(gold.rows, pred.rows, spider_ordered(gold_sql)) if spider else \
+        bird_equal(pred.rows, gold.rows)
+    if correct is None:
+        return {"correct": False, "strict": False, "status": "limit",
+                "error": f"over {MAX_PERMUTATIONS} column permutations to compare"}
     strict = correct and strict_equal(pred.rows, gold.rows, gold_sql)
     return {"correct": correct, "strict": strict, "status": "ok", "error": None}
