@@ -177,7 +177,10 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
                                      [c.outcome == "beneficial" for c in paired],
                                      [c.trial_device_hours / c.full_device_hours for c in paired if c.full_device_hours], band)
     if not out["audit"]["policies"]:
-        out["missing"].append("audit metrics: no outcomes.jsonl beside the ledger")
+        cov = rep["coverage"]
+        out["missing"].append(f"audit metrics: no candidate has an outcome class ({cov['never_run']} of {cov['cells']} "
+                              f"never run, {cov['trial_only']} ran only a trial); `agent retrospective --execute` "
+                              "runs every candidate to the end")
     return out
 
 
