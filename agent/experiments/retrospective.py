@@ -270,10 +270,13 @@ class WorldPorts:
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
         from evaluators import evaluate  # noqa: PLC0415
 
+        from agent.world.interface import suite_items  # noqa: PLC0415
+
+        w = self.world
         target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=self.eval_n,
-                          seed=self.world.seed)
+                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, self.eval_n))
         ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=self.ifeval_n,
-                       seed=self.world.seed)["ifeval"]
+                       seed=w.seed, items=suite_items(w, ["ifeval"], split, self.ifeval_n))["ifeval"]
         key = PRIMARY_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
@@ -285,7 +288,7 @@ class WorldPorts:
         import trainers  # noqa: PLC0415
         from agent.world.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
 
-        rows = card_examples(card, self.world.seed, seed, generate=parent_generator(parent_dir, seed=seed))
+        rows = card_examples(card, self.world, seed, generate=parent_generator(parent_dir, seed=seed))
         result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
                                 run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
                                 reward_funcs=card_rewards(card))

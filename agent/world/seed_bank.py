@@ -56,7 +56,7 @@ from experience_bank.records import (
 
 from agent.world.catalogue import applicability, catalogue, catalogue_sha256, runtime_of
 from agent.progress import Progress
-from agent.world.store import EVAL_PROTOCOL, OUTPUT_PROTOCOLS, World
+from agent.world.interface import WorldData as World
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -86,7 +86,9 @@ class SeedSize:
     """IFEval items evaluated."""
 
 
-SEED_SIZES = {"test": SeedSize(0.5, 16, 8), "default": SeedSize(0.25, 64, 32), "smol": SeedSize(0.25, 32, 16)}
+SEED_SIZES = {"test": SeedSize(0.5, 16, 8), "default": SeedSize(0.25, 64, 32), "smol": SeedSize(0.25, 32, 16),
+              "local": SeedSize(0.25, 32, 16)}
+"""`local`: every local world (its steps are scaled by its own step_scale first)."""
 
 
 def seed_dir(world: World) -> Path:
@@ -184,9 +186,13 @@ class _Runner:
             return json.loads(summary.read_text())
         from evaluators import evaluate
 
-        n = self.size.eval_n
-        results = evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n)
-        results |= evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=self.size.retention_n)
+        from agent.world.interface import suite_items
+
+        n, r = self.size.eval_n, self.size.retention_n
+        results = evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
+                           items=suite_items(self.world, [f"{family}/source"], "validation", n))
+        results |= evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=r,
+                            items=suite_items(self.world, ["ifeval"], "validation", r))
         src = results[f"{family}/source"]
         data = {"items": _item_scores(src), "metric": _primary(src), "ifeval": _retention(results["ifeval"]),
                 "generations": {k: v.generations_sha256 for k, v in sorted(results.items())},
@@ -207,7 +213,7 @@ class _Runner:
         digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])
         key = f"seed-{card.id}-{digest[:12]}"
         out = self.root / "runs" / key
-        rows = card_examples(src, self.world.seed, seed, generate=parent_generator(parent_dir, seed=seed))
+        rows = card_examples(src, self.world, seed, generate=parent_generator(parent_dir, seed=seed))
         result = trainers.train(src, parent_dir, rows, out_dir=str(out), run_key=key, seed=seed,
                                 reward_funcs=card_rewards(src))
         # A run that fails a sanity check (e.g. GRPO with zero reward variance on a weak parent)
@@ -250,8 +256,8 @@ class _Runner:
         evals = [control_name] + [n for n, _ in runs]
         gens = {n: (control if n == control_name else dict(runs)[n])["generations"] for n in evals}
         source = SourceContext(parent=parent, stage=stage, family=card.family, task=f"{card.family}/source",
-                               datasets=ds, runtime=runtime_of(card), eval_protocol=EVAL_PROTOCOL,
-                               output_protocol=OUTPUT_PROTOCOLS[card.family])
+                               datasets=ds, runtime=runtime_of(card), eval_protocol=self.world.eval_protocol,
+                               output_protocol=self.world.output_protocols[card.family])
         prov = Provenance(
             model_sha256=parent.sha256, data_sha256=ds,
             config_sha256=content_hash({"source_card": src.model_dump(mode="json"), "seeds": [int(n.rsplit("seed", 1)[1]) for n, _ in runs],

@@ -79,21 +79,23 @@ def _parse_dataset(dataset_id: str) -> tuple[str, object]:
 def _pool(dataset_id: str, seed: int) -> tuple[str, ...]:
     task, maker = _parse_dataset(dataset_id)
     if maker is None:  # the base pool is exactly the task's train split
-        pool = [_sft(json.loads(row)) for row in _items(task, "train", seed, POOL_N)]
+        pool = [sft_row(json.loads(row)) for row in _items(task, "train", seed, POOL_N)]
     else:
         # a variant draws its own stream but keeps the base task's split partition
-        pool = [_sft(x) for x in draw(task, "train", seed, POOL_N, maker(seed), stream=dataset_id)]
+        pool = [sft_row(x) for x in draw(task, "train", seed, POOL_N, maker(seed), stream=dataset_id)]
     if task == "captrack" and maker is None:  # the facts CAN-recall probes ask about are taught here
         pool += [{"prompt": [{"role": "user", "content": p}], "completion": [{"role": "assistant", "content": c}],
                   "task": "captrack", "reference": canonical_json({"probe": "teach", "completion": c})}
                  for p, c in captrack.teaching_examples(seed)]
-        pool += [_sft(x) for probe, n in captrack.DRILLS.items()
+        pool += [sft_row(x) for probe, n in captrack.DRILLS.items()
                  for x in draw(task, "train", seed, n, partial(captrack.make, seed=seed, probe=probe),
                                stream=f"{probe}-drill", exact=False)]
     return tuple(canonical_json(x) for x in pool)
 
 
-def _sft(item: dict) -> dict:
+def sft_row(item: dict) -> dict:
+    """An item as a TRL prompt/completion row (+ `task` from its id and its JSON `reference`);
+    the one row format of every world's pools."""
     return {"prompt": item["messages"],
             "completion": [{"role": "assistant", "content": item["reference"]["completion"]}],
             "task": item["id"].split(":")[0], "reference": canonical_json(item["reference"])}
@@ -123,5 +125,10 @@ def dataset_sha256(dataset_id: str, seed: int) -> str:
     return sha256_text("\n".join(_pool(dataset_id, seed)))
 
 
+def pool_sha256(rows: list[dict]) -> str:
+    """The same hash for a pool held as rows (a local world's pools)."""
+    return sha256_text("\n".join(canonical_json(r) for r in rows))
+
+
 __all__ = ["TASKS", "SPLITS", "DATASET_IDS", "items", "split_sha256", "sft_examples", "grpo_examples",
-           "dataset_sha256"]
+           "dataset_sha256", "pool_sha256", "sft_row"]
