@@ -16,6 +16,7 @@ def test_init_sets_wal_full_and_migrations(tmp_path):
     with Bank.init(path) as bank:
         assert bank.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert bank.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert bank.db.execute("PRAGMA page_size").fetchone()[0] == 8192
         assert bank.schema_version() == SCHEMA_VERSION == 5
         names = [r["name"] for r in bank.db["_migrations"].rows]
     assert names == ["m001_records", "m002_library", "m003_episodes", "m004_freeze", "m005_tamper_evidence"]
