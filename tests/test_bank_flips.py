@@ -43,9 +43,10 @@ def test_single_byte_flips_are_reported_or_harmless(tmp_path):
     with Bank.open(path) as bank:
         truth = snapshot(bank)
     rng = random.Random(20261201)
+    used = [i for i, byte in enumerate(original) if byte]  # zero bytes are mostly free space: aim at data
     outcome = {"reported": 0, "harmless": 0, "refused at open": 0}
     for _ in range(FLIPS):
-        at = rng.randrange(len(original))
+        at = rng.choice(used)
         flipped = bytearray(original)
         flipped[at] ^= 1 << rng.randrange(8)
         target = tmp_path / "flip.sqlite"
@@ -65,4 +66,4 @@ def test_single_byte_flips_are_reported_or_harmless(tmp_path):
         kind, seen = _read(target)
         assert kind == "data" and seen == truth, f"byte {at}: verify said clean but the API reads {kind}"
         outcome["harmless"] += 1
-    assert outcome["reported"] + outcome["refused at open"] >= FLIPS // 10, outcome
+    assert outcome["reported"] + outcome["refused at open"] >= FLIPS // 4, outcome
