@@ -52,3 +52,17 @@ def time_breakdown(charges: list[dict], episode_wall_s: float) -> dict:
     parts["control_plane"] = {"seconds": control, "share": control / episode_wall_s, "n": 0}
     return {"episode_wall_s": float(episode_wall_s), "parts": parts,
             "control_plane_within_goal": control / episode_wall_s < CONTROL_PLANE_GOAL}
+
+
+def node_seconds(marks: list[tuple[str, float]]) -> dict[str, dict]:
+    """Wall seconds and runs per graph node from checkpoint marks `(node that ran next, its start
+    timestamp)` in order: each node's span ends where the next mark starts (the last mark, the
+    graph's final checkpoint, only closes the one before it). Sorted by seconds, largest first."""
+    if any(b < a for (_, a), (_, b) in zip(marks, marks[1:])):
+        raise BadInput("checkpoint timestamps go backwards: pass the marks in checkpoint order")
+    spans: dict[str, dict] = {}
+    for (node, start), (_, end) in zip(marks, marks[1:]):
+        span = spans.setdefault(node, {"seconds": 0.0, "runs": 0})
+        span["seconds"] += end - start
+        span["runs"] += 1
+    return dict(sorted(spans.items(), key=lambda kv: -kv[1]["seconds"]))

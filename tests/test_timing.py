@@ -62,3 +62,16 @@ def test_rows_from_a_real_ledger():
 def test_bad_rows_or_wall_are_one_line_errors(rows, wall, message):
     with pytest.raises(BadInput, match=message):
         time_breakdown(rows, wall)
+
+
+def test_node_seconds_adds_each_nodes_spans():
+    from agent.timing import node_seconds
+
+    marks = [("__start__", 0.0), ("propose", 0.5), ("validate", 1.0), ("commit", 61.0), ("validate", 62.0),
+             ("report", 92.0), ("end", 93.5)]
+    out = node_seconds(marks)
+    assert list(out) == ["validate", "report", "commit", "__start__", "propose"]
+    assert out["validate"] == {"seconds": 90.0, "runs": 2} and out["report"] == {"seconds": 1.5, "runs": 1}
+    assert node_seconds([("only", 3.0)]) == {}
+    with pytest.raises(BadInput, match="go backwards"):
+        node_seconds([("a", 2.0), ("b", 1.0)])
