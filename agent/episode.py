@@ -11,7 +11,6 @@ serializer (no pickle fallback, no msgpack object revival: a checkpoint is data,
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 import time
@@ -24,11 +23,12 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import RunConfig
 from agent.graph import build_graph
+from agent.killpoints import kill_point
 from agent.manifest import Manifest
 from agent.rundir import RunDir
 from agent.state import Ctx, Entry
 from experience_bank.errors import BadInput
-from experience_bank.hashing import canonical_json
+
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 
@@ -54,6 +54,7 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
         for chunk in graph.stream(start, config, context=ctx, durability="sync", stream_mode="updates"):
             for node, update in chunk.items():
                 ctx.progress(node, update or {})
+                kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/killpoints.py)
         return dict(graph.get_state(config).values)
     finally:
         conn.close()
@@ -145,12 +146,14 @@ def check_inputs(cfg: RunConfig) -> float:
     if cfg.proposer == "openai" and not (cfg.base_url and cfg.model):
         raise BadInput("--proposer openai needs --base-url URL and --model NAME")
     if cfg.base_model is not None:
-        if not (Path(cfg.base_model) / "config.json").is_file():
-            raise BadInput(f"base model {cfg.base_model} not found (no config.json): give a local HF model directory")
-        raise BadInput("the real profile (base_model) is configured but its world adapter is not in this build: "
-                       "run the embedded world (omit base_model)")
-    if cfg.deepspeed_config is not None and not Path(cfg.deepspeed_config).is_file():
-        raise BadInput(f"DeepSpeed config {cfg.deepspeed_config} not found: fix deepspeed_config")
+        from agent.world.local import local_world
+
+        local_world(cfg)  # model folder, every dataset file and pool: checked, nothing written
+    from trainers.launch import check_launch
+    from evaluators.generate import check_backend
+
+    check_backend(cfg.backend)
+    check_launch(cfg.launcher, cfg.deepspeed_config)
     bank = Path(cfg.bank)
     check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
     if bank.exists():
@@ -188,19 +191,21 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
 
 
 def _world_and_bank(cfg: RunConfig, say):
-    from agent.world.embedded import ensure_world
+    """The world (embedded or local: agent.world.interface) and the bank, its L(0) built once."""
+    from agent.world.interface import seed_cards, world_for
     from experience_bank.bank import Bank
 
     from agent.progress import reporter
 
-    with reporter(f"world {cfg.world}", cfg.quiet, say) as progress:
-        world = ensure_world(cfg.world, progress=progress)
+    name = "local" if cfg.base_model is not None else cfg.world
+    with reporter(f"world {name}", cfg.quiet, say) as progress:
+        world = world_for(cfg, progress)
     if not Path(cfg.bank).exists():
         from agent.world.seed_bank import build_seed_bank
 
-        say(f"building the seed bank of world {cfg.world} at {cfg.bank} (once)")
+        say(f"building the seed bank of world {name} at {cfg.bank} (once)")
         with reporter("seed bank", cfg.quiet, say) as progress:
-            build_seed_bank(world, cfg.bank, progress)
+            build_seed_bank(world, cfg.bank, progress, cards=seed_cards(cfg))
     return world, Bank.open(cfg.bank)
 
 

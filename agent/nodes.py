@@ -179,7 +179,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
     """Bounded trial from the current parent; policies.after_trial routes its verdict."""
     ctx = runtime.context
     card, dh = _card(ctx, state), state["decision_hash"]
-    step, initial = ctx.rundir.step(dh), ctx.manifest.initial
+    initial = ctx.manifest.initial
     fraction = ctx.manifest.trial.fraction
     try:
         trial_h = ctx.cost.estimate_trial(card, fraction)
@@ -187,13 +187,13 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         return _after_verdict(ctx, state, "fail", f"trial refused: {exc.reason}", refused=exc.reason)
     estimate = trial_h + ctx.cost.estimate_eval(1) + _evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
                                                                    "validation")
-    if not (step / "trial.json").exists() and not _fits(ctx, estimate):
+    if not ctx.rundir.trial_file(dh).exists() and not _fits(ctx, estimate):
         return {"trial_verdict": "not_started", "decided_by": "budget: the trial does not fit", "proceed": False,
                 "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "validate"}
     initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
-    result = once(step / "trial.json", lambda: ctx.ports.trial(
-        card, state["parent_dir"], str(step / "trial"), f"{ctx.episode_id}:{dh[:16]}:trial",
+    result = once(ctx.rundir.trial_file(dh), lambda: ctx.ports.trial(
+        card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "trial")), f"{ctx.episode_id}:{dh[:16]}:trial",
         _measure(ctx, card, parent_val, initial_val)), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost)
     return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
@@ -213,16 +213,16 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     """Full TRL run from the current parent (continuing the trial's prefix when nu = continue)."""
     ctx = runtime.context
     card, dh = _card(ctx, state), state["decision_hash"]
-    step, initial = ctx.rundir.step(dh), ctx.manifest.initial
+    initial = ctx.manifest.initial
     trial = ctx.rundir.trial(dh)
     prefix = trial.train if card.nu == "continue" and trial is not None else None
     estimate = ctx.cost.estimate_full(card, prefix.steps if prefix else 0) + ctx.cost.estimate_eval(1) + _evals_to_pay(
         ctx, [initial.sha256, state["parent_sha"]], "adoption")
-    if not (step / "train.json").exists() and not _fits(ctx, estimate):
+    if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
                 "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "train"}
-    result = once(step / "train.json", lambda: ctx.ports.train(
-        card, state["parent_dir"], str(step / "train"), f"{ctx.episode_id}:{dh[:16]}:train",
+    result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
+        card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost)
     return {"train_status": "done", "spent_h": _spent(ctx), "node": "train"}
@@ -236,7 +236,7 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     initial_ad = _evaluation(ctx, initial.dir, initial.sha256, "adoption")
     parent_ad = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "adoption")
     child_ad = _evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
-    verdict = once(ctx.rundir.step(dh) / "verdict.json",
+    verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
             "spent_h": _spent(ctx), "node": "gate"}

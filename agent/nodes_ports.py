@@ -8,7 +8,6 @@ Heavy imports (torch, TRL) happen inside the methods that need them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from experience_bank.hashing import content_hash

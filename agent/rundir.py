@@ -136,14 +136,27 @@ class RunDir:
         """Where one decision's side effects keep their results."""
         return self.path / "steps" / decision_hash[:16]
 
+    def trainer_out(self, decision_hash: str, role: str) -> Path:
+        """Where the trainer writes the `trial` or `train` run of a decision."""
+        return self.step(decision_hash) / role
+
+    def trial_file(self, decision_hash: str) -> Path:
+        return self.step(decision_hash) / "trial.json"
+
+    def train_file(self, decision_hash: str) -> Path:
+        return self.step(decision_hash) / "train.json"
+
+    def verdict_file(self, decision_hash: str) -> Path:
+        return self.step(decision_hash) / "verdict.json"
+
     def trial(self, decision_hash: str) -> TrialResult | None:
-        return _read(self.step(decision_hash) / "trial.json", TrialResult)
+        return _read(self.trial_file(decision_hash), TrialResult)
 
     def train(self, decision_hash: str) -> TrainResult | None:
-        return _read(self.step(decision_hash) / "train.json", TrainResult)
+        return _read(self.train_file(decision_hash), TrainResult)
 
     def verdict(self, decision_hash: str) -> GateVerdict | None:
-        return _read(self.step(decision_hash) / "verdict.json", GateVerdict)
+        return _read(self.verdict_file(decision_hash), GateVerdict)
 
 
 def _read(path: Path, cls):

@@ -62,7 +62,7 @@ def _raw():
 # --- pieces the agent loop can reuse ----------------------------------------------------
 
 
-def gate_config_for(run) -> "GateConfig":  # noqa: F821 - imported lazily
+def gate_config_for(run):
     """The gate's frozen config from a RunConfig (policies.gate.uniform_gate_config owns the rule)."""
     from policies.gate import uniform_gate_config
 

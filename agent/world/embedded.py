@@ -43,13 +43,10 @@ Measured on the 2-core machine (Nov 2026; other engineers' jobs shared the cores
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experience_bank.errors import BadInput
@@ -57,7 +54,7 @@ from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
 
 from agent.progress import Progress
-from agent.world.store import EVAL_PROTOCOL, OUTPUT_PROTOCOLS, World, cache_root, publish_world, world_dir
+from agent.world.store import World, publish_world, world_dir
 
 
 WORLD_FORMAT = "world-v2"
