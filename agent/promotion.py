@@ -19,6 +19,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from agent.killpoints import kill_point
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen, Sha256, parse_model
@@ -47,8 +48,8 @@ class ParentFile(Frozen):
     """Content hash of the gate verdict behind the last promotion."""
 
 
-def _write_atomic(run_dir: Path, state: ParentFile) -> None:
-    write_atomic(run_dir / POINTER, state.model_dump_json(indent=2) + "\n")
+def _write_atomic(run_dir: Path, state: ParentFile, before_replace=None) -> None:
+    write_atomic(run_dir / POINTER, state.model_dump_json(indent=2) + "\n", before_replace)
 
 
 def read_pointer(run_dir: str | os.PathLike) -> ParentFile:
@@ -94,5 +95,6 @@ def promote(run_dir: str | os.PathLike, child: str, verdict: GateVerdict) -> Par
                        f"{state.parent.sha256[:12]}; gate the child against the current parent")
     new = ParentFile(parent=ModelPointer(path=str(child), sha256=verdict.child_sha256), rollback=state.parent,
                      promotions=state.promotions + 1, verdict_sha256=verdict.content_hash())
-    _write_atomic(run, new)
+    _write_atomic(run, new, before_replace=lambda: kill_point("promote.replace"))
+    kill_point("promote.done")
     return new

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, text: str) -> None:
+def write_atomic(path: str | Path, text: str, before_replace: Callable[[], None] | None = None) -> None:
     """Write `text` to a temporary sibling, fsync it, rename it over `path`, fsync the folder.
 
     A crash at any point leaves the old file (or none) and at most an orphaned temporary
@@ -20,6 +21,8 @@ def write_atomic(path: str | Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+        if before_replace is not None:
+            before_replace()  # a test hook (agent/killpoints.py): a kill between the write and the rename
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
