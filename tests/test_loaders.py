@@ -121,3 +121,42 @@ def test_real_splits_are_disjoint_and_cover_everything():
         loaders.for_suite("ifeval", "shipped", "train")
     with pytest.raises(BadInput, match="no real-data loader"):
         loaders.for_suite("captrack", "x", "test")
+
+
+FIX = __import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "local"
+
+
+def test_source_side_loaders_read_the_fixtures_and_their_gold_scores_100():
+    for suite, items in (("finance/source", loaders.finqa(FIX / "finqa" / "train.json")),
+                         ("sql/source", loaders.spider(FIX / "spider" / "train_spider.json")),
+                         ("function/source", loaders.xlam(FIX / "xlam" / "xlam_function_calling.jsonl"))):
+        assert len(items) == 120, suite
+        res = score(suite, items, [x["reference"]["completion"] for x in items])
+        primary = {"finance/source": "em", "sql/source": "exec_acc", "function/source": "ast_acc"}[suite]
+        assert res.metrics[primary] == 100.0, (suite, res.metrics)
+
+
+def test_finqa_answers_and_xlam_types():
+    rows = json.loads((FIX / "finqa" / "train.json").read_text())
+    items = loaders.finqa(FIX / "finqa" / "train.json")
+    yes_no = [x for x, r in zip(items, rows) if isinstance(r["qa"]["exe_ans"], str)]
+    assert yes_no and all(x["reference"]["answer_type"] == "span" for x in yes_no)
+    tool = loaders._xlam_tool({"name": "f", "parameters": {"a": {"type": "List[int]", "description": ""},
+                                                           "b": {"type": "str, optional", "description": ""},
+                                                           "c": {"type": "float", "default": 1.0}}})
+    assert tool["parameters"]["properties"]["a"]["type"] == "array" and tool["parameters"]["required"] == ["a"]
+
+
+def test_source_loaders_bad_input(tmp_path):
+    (tmp_path / "train_spider.json").write_text(json.dumps([{"db_id": "gone", "question": "q", "query": "SELECT 1"}]))
+    with pytest.raises(BadInput, match=r"asks database 'gone' but .*gone.sqlite is missing.*database/<db_id>"):
+        loaders.spider(tmp_path / "train_spider.json")
+    (tmp_path / "finqa.json").write_text(json.dumps([{"id": "x", "table": [], "pre_text": [], "post_text": [],
+                                                      "qa": {"question": "q", "program": "p", "exe_ans": [1]}}]))
+    with pytest.raises(BadInput, match="neither a number nor yes/no.*FinQA json"):
+        loaders.finqa(tmp_path / "finqa.json")
+    (tmp_path / "x.jsonl").write_text(json.dumps({"id": 0, "query": "q", "tools": "[]", "answers": "[]"}) + "\n")
+    with pytest.raises(BadInput, match="line 1: cannot be scored"):
+        loaders.xlam(tmp_path / "x.jsonl")
+    with pytest.raises(BadInput, match="not found: expected xLAM-style JSON lines"):
+        loaders.xlam(tmp_path / "none.jsonl")

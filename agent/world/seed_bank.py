@@ -87,7 +87,7 @@ class SeedSize:
 
 
 SEED_SIZES = {"test": SeedSize(0.5, 16, 8), "default": SeedSize(0.25, 64, 32), "smol": SeedSize(0.25, 32, 16),
-              "local": SeedSize(0.25, 32, 16)}
+              "local": SeedSize(0.25, 16, 8)}
 """`local`: every local world (its steps are scaled by its own step_scale first)."""
 
 
