@@ -266,3 +266,47 @@ def test_smol_local_episode_on_cpu(tmp_path, monkeypatch):
     assert any(o["outcome"] is not None for o in outcomes)  # a full run judged by the gate
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert main(["audit", str(out), "--json"]) == 0
+
+
+def test_bank_import_takes_records_observed_elsewhere_and_scores_their_context(tmp_path, tiny_model):
+    """Another team's record (another model, its own eval protocol) on these data: `agent bank import`
+    accepts it, and the authorizer's fields score the differing x_s lower than a record observed here."""
+    from agent.config import build_config
+    from agent.experiments.retrospective import base_context
+    from agent.world.catalogue import applicability, card_by_id
+    from agent.world.local import local_world
+    from experience_bank.bank import Bank
+    from experience_bank.hashing import content_hash
+    from experience_bank.records import HistoricalRecord, ModelRef, Provenance, SourceContext, SourceEvidence
+    from policies import compile as compile_features
+
+    world = local_world(build_config(str(_config(tmp_path, tiny_model))))
+    card = card_by_id(world, "S09")
+    other = ModelRef(id="team-b/qwen3-0.6b", sha256=content_hash("team b weights"), arch="qwen3",
+                     chat_template_sha256=content_hash("team b template"))
+
+    def record(parent: ModelRef, eval_protocol: str) -> HistoricalRecord:
+        data = {"function/source/train": world.datasets["function/source/train"]}
+        return HistoricalRecord(
+            card=card, source=SourceContext(parent=parent, stage=0, family="function", task="function/source",
+                                            datasets=data, runtime="trl-sft", eval_protocol=eval_protocol,
+                                            output_protocol="json-call"),
+            evidence=SourceEvidence(target_metric="function/source.ast_acc", delta_src=8.0, delta_point=9.0,
+                                    kappa=10.0, grade="A", chi=1, retention=(), replicates=2),
+            applicability=applicability(card, world),
+            provenance=Provenance(model_sha256=parent.sha256, data_sha256=data, config_sha256=card.content_hash(),
+                                  eval_sha256=content_hash(eval_protocol), produced_by=f"observed on {parent.id}"))
+
+    theirs, ours = record(other, "team-b-eval"), record(world.model, world.eval_protocol)
+    (tmp_path / "theirs.jsonl").write_text(theirs.model_dump_json() + "\n")
+    assert main(["bank", "init", "--bank", str(tmp_path / "bank.sqlite")]) == 0
+    assert main(["bank", "import", str(tmp_path / "theirs.jsonl"), "--bank", str(tmp_path / "bank.sqlite")]) == 0
+    with Bank.open(tmp_path / "bank.sqlite") as bank:
+        [entry] = bank.library_records()
+    assert entry.record.source.parent.id == "team-b/qwen3-0.6b"
+    ctx = base_context(world)
+    f_theirs, f_ours = compile_features(entry.record, ctx), compile_features(ours, ctx)
+    assert f_theirs.fields.parent < f_ours.fields.parent == 1.0
+    assert f_theirs.fields.protocol < f_ours.fields.protocol
+    print(f"imported: fields {f_theirs.fields} A={f_theirs.A} Q={f_theirs.Q}; observed here: A={f_ours.A} Q={f_ours.Q}")
+    assert f_theirs.Q < f_ours.Q

@@ -298,12 +298,12 @@ class WorldPorts:
 
 def base_context(world: Any) -> Any:
     """x_t of every cell: the world's base model at stage 0, everything the world provides."""
-    from agent.world.store import EVAL_PROTOCOL, FAMILIES, OUTPUT_PROTOCOLS, RUNTIMES  # noqa: PLC0415
+    from agent.world.store import FAMILIES, RUNTIMES  # noqa: PLC0415
     from experience_bank.records import CurrentContext  # noqa: PLC0415
 
     return CurrentContext(parent=world.model, stage=0, families=FAMILIES, tasks={f: f"{f}/target" for f in FAMILIES},
-                          datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=EVAL_PROTOCOL,
-                          output_protocols=OUTPUT_PROTOCOLS)
+                          datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=world.eval_protocol,
+                          output_protocols=dict(world.output_protocols))
 
 
 def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
