@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from test_gate_factory import SPECS, world
@@ -14,8 +15,15 @@ from agent.cli.gate import family_targets
 SCORES = {"initial": {}, "good": {"sql": 50.0}, "forgetful": {"sql": 50.0, "prompt": 57.5}}
 
 
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    from test_generate import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
 @pytest.fixture()
-def models(tmp_path, monkeypatch):
+def models(tmp_path, monkeypatch, tiny_folder):
     calls = []
 
     def fake_evaluate(model_dir, suites, split, *, out_dir, **kw):
@@ -25,9 +33,21 @@ def models(tmp_path, monkeypatch):
 
     monkeypatch.setattr(evaluators, "evaluate", fake_evaluate, raising=False)
     monkeypatch.setattr(evaluators, "metric_specs", lambda: SPECS, raising=False)
-    for name in SCORES:
-        (tmp_path / name).mkdir()
+    for name in SCORES:  # real, loadable folders: the CLI checks them before evaluating anything
+        shutil.copytree(tiny_folder, tmp_path / name)
     return tmp_path, calls
+
+
+def test_profile_refuses_weights_that_do_not_fit_their_config(models, capsys):
+    tmp, calls = models
+    bad = tmp / "bad"
+    shutil.copytree(tmp / "initial", bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps(cfg | {"hidden_size": cfg["hidden_size"] * 2}))
+    rc = main(["profile", "--base", str(tmp / "initial"), "--model", str(bad), "--out", str(tmp / "prof")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "different models" in err
+    assert calls == [] and not (tmp / "prof").exists()
 
 
 def run_gate(tmp, child, capsys, *extra):

@@ -90,8 +90,12 @@ def family_targets(target: str, extra: list[str]) -> dict[str, str]:
 
 
 def _model_dir(path: str) -> str:
+    """A loadable local model folder (agent.inputs.check_model_dir), checked before anything is written."""
+    from agent.inputs import check_model_dir
+
     if not Path(path).is_dir():
         raise BadInput(f"model directory {path} not found: pass a local model folder")
+    check_model_dir(path, "--model")
     return path
 
 
