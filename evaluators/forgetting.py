@@ -1,6 +1,6 @@
 """Forgetting diagnostics: paired retention per task and the cross-task effect matrix.
 
-Average accuracy hides lost answers: new corrections can cancel forgotten ones (CAPTRACK.md
+Average accuracy hides lost answers: new corrections can cancel forgotten ones (docs/GATE.md
 §3), so retention is computed on item pairs (parent vs child, same split, same item ids).
 An update's label does not predict what it changes (§4), so every candidate's effect is read
 on every suite and `DriftScore = OffTargetGain - TargetGain` flags effects off the label.

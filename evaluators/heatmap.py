@@ -38,7 +38,7 @@ def heatmap_data(table: Table, rows: Sequence[str] | None = None) -> dict:
     return {"rows": order, "columns": columns, "drift_pct": matrix}
 
 
-# What each row means (CAPTRACK.md section 1's taxonomy); which metrics feed a row is
+# What each row means (docs/GATE.md section 1's taxonomy); which metrics feed a row is
 # evaluators.scoring.suites.metric_specs() (the one owner of that mapping), read by `legend`.
 CAPABILITIES = {
     "CAN": "latent competence", "CAN/C1": "knowledge and skills", "CAN/C2": "multi-step reasoning",
