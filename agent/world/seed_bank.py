@@ -197,8 +197,9 @@ class _Runner:
         data = {"items": _item_scores(src), "metric": _primary(src), "ifeval": _retention(results["ifeval"]),
                 "generations": {k: v.generations_sha256 for k, v in sorted(results.items())},
                 "identity": {k: v.identity.model_dump(mode="json") for k, v in sorted(results.items())}}
-        if sample == "half":  # grade C: a different, smaller sample than the control's
-            data["items"] = dict(list(data["items"].items())[n // 2:])
+        if sample == "half":  # grade C: a different, smaller sample than the control's (the second half
+            # of the items evaluated: a local split may hold fewer than eval_n)
+            data["items"] = dict(list(data["items"].items())[len(src.items) // 2:])
         summary.write_text(json.dumps(data, sort_keys=True))
         return data
 
