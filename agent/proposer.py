@@ -29,6 +29,7 @@ from agent.state import Entry
 from agent.world.catalogue import Needs
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
+from experience_bank.families import FAMILIES
 from experience_bank.hashing import canonical_json, content_hash, loads_strict
 from experience_bank.records import CandidateCard, Proposal, parse_model, parse_record
 
@@ -43,7 +44,7 @@ class Allowlist:
     datasets: dict[str, str]
     """Dataset id -> content hash available in this world."""
     methods: tuple[str, ...] = ("sft", "grpo")
-    families: tuple[str, ...] = ("finance", "sql", "function")
+    families: tuple[str, ...] = FAMILIES
     learning_rate: tuple[float, float] = (1e-6, 3e-3)
     batch_size: tuple[int, int] = (1, 64)
     n_examples: tuple[int, int] = (16, 4096)

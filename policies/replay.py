@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 
 from experience_bank.errors import BadInput
+from experience_bank.families import FAMILIES
 from experience_bank.hashing import content_hash
 from policies import stats
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE, Cell, OutcomeCell, audit, read_outcomes, score_policies
@@ -30,7 +31,6 @@ from policies.outcomes import direction, outcome_class, retention_safe
 from policies.features import features_from_row
 
 DATA = Path(__file__).parent / "data" / "retrospective24.json"
-FAMILIES = ("finance", "sql", "function")
 BUDGETS = ("0.05", "0.10", "0.20")
 AUDIT_POLICIES = ("bcit", "flat_additive", "additive_veto", "no_applicability", "no_hard_veto", "applicability_only")
 LEASES = ("0", "1", "unlimited")

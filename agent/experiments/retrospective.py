@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from experience_bank.errors import BadInput
 from experience_bank.families import PRIMARY_METRIC
+from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies import outcomes
 from policies.stats import clopper_pearson, spearman
@@ -142,10 +143,7 @@ def _once(path: Path, compute: Callable[[], dict]) -> dict:
     if path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
     value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(canonical_json(value), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, canonical_json(value))
     return value
 
 
@@ -198,16 +196,13 @@ def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
     if path.exists() and path.read_text(encoding="utf-8") != text:
         raise BadInput(f"{path} holds other frozen features (different cells or world): use a new --out")
     if not path.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     return content_hash(path.read_text(encoding="utf-8"))
 
 
 def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
     """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
-    from policies.audit import OutcomeCell  # noqa: PLC0415
+    from policies.audit import OUTCOMES_FILE, OutcomeCell  # noqa: PLC0415
 
     lines = [OutcomeCell(
         candidate_id=c["id"], decision_hash=decision_hashes[c["id"]], outcome=c["outcome_class"],
@@ -218,9 +213,7 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
               "ifeval_i": c["full"]["ifeval"]["inst_strict"]},
         trial_device_hours=c.get("device_hours", {}).get("trial", 0.0),
         full_device_hours=c.get("device_hours", {}).get("full", 0.0)).model_dump_json() for c in cells]
-    tmp = out / "outcomes.jsonl.tmp"
-    tmp.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    tmp.replace(out / "outcomes.jsonl")
+    write_atomic(out / OUTCOMES_FILE, "".join(x + "\n" for x in lines))
 
 
 def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[str, str]:

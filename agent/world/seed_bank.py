@@ -39,12 +39,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experience_bank.families import PRIMARY_METRIC
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.evidence import lower_bound
@@ -303,9 +303,6 @@ def _mean(values) -> float:
 
 
 # --- helpers over other packages' results ----------------------------------------------------
-
-PRIMARY_METRIC = {"finance": "f1", "sql": "exec_acc", "function": "ast_acc"}
-
 
 def _primary(result) -> str:
     family = result.identity.suite.split("/")[0]
