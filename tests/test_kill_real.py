@@ -2,28 +2,28 @@
 
 One real episode on the test-size world (real TRL runs, real evaluation, the real BCIT
 authorizer, gate and promotion pointer) that validates (a real 2-step trial that fails), trains
-(a real 10-step run) and rolls back (the real gate), and rejects. It runs once uninterrupted (the
-reference); then it is killed with SIGKILL at the points of CHAIN and resumed with
-`agent run --resume` until it finishes, and the finished run must match the reference: the same
-decisions, events, metrics, charges, outcome cells, parent pointer and consolidated library
-(wall-clock seconds and timestamps aside), no run trained twice (trainer starts are counted per run
-key: one, plus one for each kill inside that training), and a clean `agent bank verify --against`
-its head log (after every kill) and `agent audit`.
+and promotes (a real 100-step run that passes every gate check), trains and rolls back (a real
+10-step run the gate refuses), and rejects. It runs once uninterrupted (the reference); then it is
+killed with SIGKILL at the points of CHAIN and resumed with `agent run --resume` until it
+finishes, and the finished run must match the reference: the same decisions, events, metrics,
+charges, outcome cells, parent pointer and consolidated library (wall-clock seconds and
+timestamps aside), no run trained twice (trainer starts are counted per run key: one, plus one for
+each kill inside that training), and a clean `agent bank verify --against` its head log (after
+every kill) and `agent audit`.
 
 Where a kill lands:
 - after a graph node: `AGENT_KILL_AT=<node>[:<nth>]` (agent/killpoints.py, called from
   agent/episode.py's drive loop); the test checks the process's last progress line names that node;
+- inside the promotion: `promote.replace` (the new parent.json fsync'd to its temporary file, not
+  yet renamed) and `promote.done` (renamed, the event not yet appended), from agent/promotion.py;
 - inside a training or an evaluation, from outside: the test SIGKILLs the process when the
   trainer's work folder or checkpoint directory, or the evaluator's first output file, appears.
 
-Promotion: no child promotes on the test-size world. Seventeen trained children were gated
-(function, finance and mixed SFT recipes, 10 to 120 steps, learning rates 5e-4 to 8e-3, with and
-without replay, seeds 0 to 2, 1 Dec 2026); every one failed the gate's hard-failure check (more
-than 20% of a function suite's outputs unparseable; the best left 5 of 16 function/source outputs
-unparseable, with every other check passed), so an episode that promotes needs a stronger world.
-The promotion's own kill points (`promote.replace`: the new parent.json fsync'd to its temporary
-file, not renamed; `promote.done`: renamed) are exercised on the real promotion code by
-test_kill_inside_the_promotion, which is fast.
+Promotion on this world is rare: of 18 trained children gated while choosing the library
+(function, finance and mixed SFT recipes, 10 to 150 steps, learning rates 5e-4 to 8e-3, with and
+without replay, seeds 0 to 3, 1 Dec 2026), 17 failed the gate's hard-failure check (more than 20% of
+a function suite's outputs unparseable); S02's recipe in PLAN is the one that passed every check.
+test_kill_inside_the_promotion (fast) kills the real promotion code at the same two points alone.
 
 Time: a kill and its resume cost a whole episode when each point starts from scratch, so the
 points run in one chain over one run directory: every resume is itself killed at the next point
@@ -72,14 +72,16 @@ torch_threads: 2
 ARGV = ["run", "--config", "config.yaml", "--bank", "bank.sqlite", "--out", str(RUN), "--episode-budget", "12gpuh",
         "--quiet", "--no-tracking"]
 # The hand-made L(0): (card, grade, delta, overrides). The grades make the routing certain (A:
-# Train, B: Validate, C: Reject); the overrides shorten the cards to 10 steps (a 2-step trial).
-# No card promotes on the test-size world: every child tried failed the gate's hard-failure check
-# (function outputs unparseable; see the module docstring), so the promotion's own kill points are
-# exercised on the real promotion code by test_kill_inside_the_promotion below.
+# Train, B: Validate, C: Reject); the overrides shorten the cards to 10 steps (a 2-step trial),
+# except S02's: 100 steps of finance SFT mixed with function data (and self-replay), the one recipe
+# found whose child passes every gate check on this world (see the module docstring).
 PLAN = (
     ("S09", "B", 6.0, {"steps": 10}),
-    ("S01", "A", 10.0, {"steps": 10}),
-    ("S02", "C", 1.0, {}),
+    ("S02", "A", 10.0, {"steps": 100, "lr": 0.004, "nu": "none", "replay": 0.2,
+                        "mix": {"finance/target/train": 0.25, "function/target/train": 0.35,
+                                "function/source/train": 0.4}}),
+    ("S05", "A", 10.0, {"steps": 10}),
+    ("S01", "C", 1.0, {}),
 )
 
 
@@ -95,10 +97,10 @@ def _card(world, cid: str, overrides: dict):
     card["budget"]["steps"] = steps
     card["data"]["n_examples"] = steps * card["hparams"]["batch_size"]
     if "mix" in overrides:
-        card["data"]["mix"] = [DataMix(dataset=DatasetRef(id=ds, sha256=world.datasets[ds]), weight=w).model_dump()
-                               for ds, w in overrides["mix"].items()]
+        card["data"]["mix"] = tuple(DataMix(dataset=DatasetRef(id=ds, sha256=world.datasets[ds]), weight=w).model_dump()
+                                    for ds, w in overrides["mix"].items())
     if "replay" in overrides:
-        card["data"] |= {"replay_share": overrides["replay"], "replay_entries": list(REPLAY_ENTRIES)}
+        card["data"] |= {"replay_share": overrides["replay"], "replay_entries": REPLAY_ENTRIES}
     card["hparams"]["learning_rate"] = overrides.get("lr", card["hparams"]["learning_rate"])
     card["nu"] = overrides.get("nu", card["nu"])
     return CandidateCard.model_validate(card)
@@ -295,6 +297,22 @@ def appears(pattern: str, nth: int = 1) -> Callable[[Path], Watch]:
     return arm
 
 
+def _pointer_kept(folder: Path) -> None:
+    """Killed between the fsync'd temporary file and the rename: the old pointer is whole, the new
+    one sits in the orphaned temporary file."""
+    assert _pointer(folder)["promotions"] == 0
+    assert [json.loads(p.read_text())["promotions"] for p in (folder / RUN).glob(".parent.json.*.tmp")] == [1]
+
+
+def _pointer_moved(folder: Path) -> None:
+    """Killed after the rename: the pointer names the child, the bank has no event for it yet."""
+    from experience_bank.bank import Bank
+
+    assert _pointer(folder)["promotions"] == 1
+    with Bank.open(folder / "bank.sqlite") as bank:
+        assert [e.outcome for e in bank.events(EPISODE)] == ["trial_failed"]
+
+
 TRIAL_CKPT = "runs/ep/steps/*/trial.work/checkpoint-*"
 TRAIN_CKPT = "runs/ep/steps/*/train.work/checkpoint-*"
 # In episode order; each process resumes where the previous kill left the run, so `at=NODE` is the
@@ -317,6 +335,14 @@ CHAIN = (
          watch=TRAIN_CKPT, nth=2),
     Kill("after train", at="train"),
     Kill("inside the gate's evaluation (an adoption output appears)", watch="runs/ep/evals/*-adoption/*"),
+    Kill("after gate: promote", at="gate"),
+    Kill("inside the promotion: parent.json written and fsync'd, not renamed", at="promote.replace",
+         check=_pointer_kept),
+    Kill("inside the promotion: renamed, the event not appended", at="promote.done", check=_pointer_moved),
+    Kill("after commit: promoted", at="commit"),
+    Kill("after authorize: Train (the child to roll back)", at="authorize"),
+    Kill("inside the second full run (a checkpoint appears)", watch=TRAIN_CKPT),
+    Kill("after train (second full run)", at="train"),
     Kill("after gate: rollback", at="gate"),
     Kill("after commit: rolled_back", at="commit"),
     Kill("after authorize: Reject", at="authorize"),
@@ -351,7 +377,9 @@ def run_chain(folder: Path, kills: tuple[Kill, ...], first: list[str]) -> Counte
         ran = agent(folder, argv, kill_at=kill.at, watch=appears(kill.watch, kill.nth)(folder) if kill.watch else None)
         assert ran.rc == -signal.SIGKILL, f"{kill.name}: exit {ran.rc}\n{_log_tail(folder)}"
         where = _last_node(folder)
-        if kill.at is not None:
+        if kill.at is not None and kill.at.startswith("promote."):
+            assert where == "(none)" or where.startswith("gate"), (kill.name, where)  # inside the next commit
+        elif kill.at is not None:
             assert where.startswith(kill.at), (kill.name, where)
         if "checkpoint" in (ran.hit or "") and (key := _killed_run_key(ran.hit)) is not None:
             added[key] += 1  # a trainer had started: its resume is one more start of the same run key
@@ -408,16 +436,16 @@ def test_kill_nine_on_the_real_path(pristine):
     assert ran.rc == 0, _log_tail(ref)
     reference, ref_starts = summary(ref), _starts_per_key(ref)
     outcomes = [e["outcome"] for e in reference["events"]]
-    assert outcomes == ["trial_failed", "rolled_back", "rejected"], outcomes
-    assert sorted(k.rsplit(":", 1)[1] for k in ref_starts) == ["train", "trial"]
-    assert set(ref_starts.values()) == {1}  # the trial and the full run, each started once
+    assert outcomes == ["trial_failed", "promoted", "rolled_back", "rejected"], outcomes
+    assert sorted(k.rsplit(":", 1)[1] for k in ref_starts) == ["train", "train", "trial"]
+    assert set(ref_starts.values()) == {1}  # the trial and the two full runs, each started once
     assert_clean(ref, audit=True)
     print(f"reference episode: {ran.seconds:.1f} s")
 
     killed = _scenario(pristine, "killed")
     killed_at_start(killed)
     added = run_chain(killed, CHAIN, ARGV)
-    assert sorted(added.values()) == [1, 2], added  # the trial once, the full run twice
+    assert sorted(added.values()) == [1, 1, 2], added  # the trial, the second full run once; the first twice
     assert_like_reference(killed, reference, ref_starts, added)
     twice = next(k for k, n in added.items() if n == 2)
     assert [s["resume"] is not None for s in trainer_starts(killed) if s["run_key"] == twice] == [False, True, True]
