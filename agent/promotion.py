@@ -13,7 +13,6 @@ promoters (one episode owns one run directory).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 

@@ -30,6 +30,7 @@ from experience_bank.records import parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
 from agent.manifest import Manifest, parse_manifest
+from agent.promotion import POINTER
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class RunDir:
 
     @property
     def parent_file(self) -> Path:
-        return self.path / "parent.json"
+        return self.path / POINTER
 
     @property
     def ledger_file(self) -> Path:

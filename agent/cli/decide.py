@@ -187,7 +187,9 @@ def _pct(x: float | None) -> str:
 
 def cmd_replay(args) -> int:
     from policies.replay import replay_retrospective, replay_run
-    if args.target != "retrospective-24" and Path(args.target, "decisions.jsonl").is_file():
+    from policies.audit import DECISIONS_FILE
+
+    if args.target != "retrospective-24" and Path(args.target, DECISIONS_FILE).is_file():
         _check_ledger_files(args.target)
     report = replay_retrospective() if args.target == "retrospective-24" else replay_run(args.target)
     if args.out:
