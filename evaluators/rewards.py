@@ -15,7 +15,7 @@ import json
 from typing import Callable
 
 from evaluators.scoring import bfcl, sql_exec, tatqa
-from evaluators.scoring.suites import JUDGES
+from evaluators.scoring.suites import judge_of
 
 Reward = float | None
 
@@ -28,13 +28,15 @@ def _text(completion) -> str:
 def _rows(completions, kwargs):
     refs = kwargs["reference"]
     for completion, task, ref in zip(completions, kwargs["task"], refs, strict=True):
-        yield _text(completion), task.split("/")[0], json.loads(ref) if isinstance(ref, str) else ref
+        yield _text(completion), task, json.loads(ref) if isinstance(ref, str) else ref
 
 
 def _judged(family: str, completions, kwargs, value: Callable[[dict], Reward]) -> list[Reward]:
+    # Each row is judged as its suite is scored (BIRD's rule for sql/target, Spider's for sql/source),
+    # so a reward never teaches what the evaluation would count wrong.
     out = []
-    for text, fam, ref in _rows(completions, kwargs):
-        out.append(value(JUDGES[fam](ref, text, 0)) if fam == family else None)
+    for text, task, ref in _rows(completions, kwargs):
+        out.append(value(judge_of(task)(ref, text, 0)) if task.split("/")[0] == family else None)
     return out
 
 
@@ -62,7 +64,7 @@ def _well_formed(family: str, text: str) -> Reward:
 
 
 def format(prompts, completions, **kwargs) -> list[Reward]:  # noqa: A001 - the card's reward name
-    return [_well_formed(fam, text) for text, fam, _ in _rows(completions, kwargs)]
+    return [_well_formed(task.split("/")[0], text) for text, task, _ in _rows(completions, kwargs)]
 
 
 REWARDS: dict[str, Callable[..., list[Reward]]] = {

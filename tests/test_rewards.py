@@ -1,5 +1,7 @@
 """Reward functions on gold, wrong and off-task completions, in TRL's calling form."""
 
+import json
+
 import pytest
 
 from evaluators import tasks
@@ -45,3 +47,19 @@ def test_numeric_match_gives_partial_credit_only_to_spans():
                                    task=["finance/target"], reference=[rows[0]["reference"]])
     # TAT-QA's F1: token sets of the joined answers (segment names are one word each), 2 decimals
     assert out[0] == round(2 / (len(ref["answer"]) + 1), 2)
+
+
+def test_execution_reward_judges_each_row_by_its_suites_rule():
+    """BIRD's rule (sets of rows) for sql/target, Spider's (bags) for sql/source: the same
+    prediction, a duplicate row more than the gold, is rewarded on the target and not on the source."""
+    from evaluators.rewards import execution
+    from evaluators.tasks import grpo_examples
+
+    for task, expected in (("sql/target", 1.0), ("sql/source", 0.0)):
+        row = next(r for r in grpo_examples(f"{task}/train", 0) if "DISTINCT" not in r["reference"]
+                   and "ORDER BY" not in r["reference"].upper())
+        ref = json.loads(row["reference"])
+        gold = ref["sql"].rstrip("; ")
+        doubled = f"SELECT * FROM ({gold}) UNION ALL SELECT * FROM ({gold})"
+        [reward] = execution(None, [doubled], task=[task], reference=[row["reference"]])
+        assert reward == expected, (task, gold)

@@ -65,7 +65,8 @@ JUDGES: dict[str, Callable[[dict, str, int], dict]] = {  # "sql": Spider's rule;
     "finance": _finance, "sql": _sql, "function": _function, "ifeval": _ifeval, "captrack": _captrack}
 
 
-def _judge_of(suite: str) -> Callable[[dict, str, int], dict]:
+def judge_of(suite: str) -> Callable[[dict, str, int], dict]:
+    """The judge of one suite's items, with that benchmark's own rule (the scorer and the GRPO rewards use it)."""
     family = suite.split("/")[0]
     if family == "sql":  # BIRD's rule for BIRD-like targets, Spider's for Spider-like sources
         return partial(_sql, rule=sql_exec.rule(suite))
@@ -165,7 +166,7 @@ def score(suite: str, items: list[dict], generations: list[str], *, identity: Ev
     if family not in JUDGES:
         raise BadInput(f"unknown suite {suite!r}: expected a suite of {', '.join(JUDGES)}")
     identity = identity or offline_identity(suite, items)
-    judge = _judge_of(suite)
+    judge = judge_of(suite)
     results = [_judge_one(judge, it, g, identity.seed) for it, g in zip(items, generations, strict=True)]
     return SuiteResult(identity=identity, generations_sha256=sha256_text(generations_jsonl(items, generations)),
                        metrics=_aggregate(family, results), items=tuple(results),
