@@ -108,7 +108,7 @@ def outcome_cell(event, card, manifest: Manifest):
         full = {"target": event.target_gain, "ifeval_p": event.retention[g.ifeval_prompt_metric],
                 "ifeval_i": event.retention[g.ifeval_instruction_metric]}
         cls = outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=g.min_gain_pp[family],
-                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.reason == "gate: hard_failures")
+                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.gate_decided_by == "hard_failures")
     fraction = f"{manifest.trial.fraction:.2f}"
     short = {fraction: event.trial_delta} if event.trial_delta is not None and fraction in ("0.05", "0.10", "0.20") else {}
     return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,

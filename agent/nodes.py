@@ -284,7 +284,7 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
         initial = rd.evaluation(ctx.manifest.initial.sha256, "adoption")
         metrics = {f"{s}.{k}": v for s, r in child.items() for k, v in r.metrics.items() if v is not None}
         key, g = target_metric(card.family), ctx.manifest.gate
-        out |= {"target_metric": key, "target_gain": _delta(child, parent, key),
+        out |= {"target_metric": key, "target_gain": _delta(child, parent, key), "gate_decided_by": verdict.decided_by,
                 "retention": {m: d for m in (g.ifeval_prompt_metric, g.ifeval_instruction_metric)
                               if (d := _delta(child, initial, f"{g.ifeval_suite}.{m}")) is not None}}
     cost, wall = _charged(ctx, keys)

@@ -457,6 +457,8 @@ class Event(Frozen):
     """The card's target metric key (`<family>/target.<metric>`), where a full run was judged."""
     target_gain: float | None = None
     """Child minus parent on the target metric, adoption split (pp), where a full run was judged."""
+    gate_decided_by: Ident | None = None
+    """The gate check that decided (`all_passed` on promotion), where a full run was judged."""
     retention: dict[str, float] = {}
     """The child's IFEval effects vs the initial parent on adoption (pp): `prompt_strict`, `inst_strict`."""
     full_run: Literal["ran", "not_authorized", "refused"] | None = None

@@ -64,6 +64,8 @@ def test_a_retention_violation_is_harmful_whatever_the_target_gained(tmp_path):
     assert harmful.outcome == "harmful" and harmful.full == {"target": 6.25, "ifeval_p": -4.69, "ifeval_i": 0.0}
     assert outcome_cell(_ran(d, "S02", 6.25, -1.5), card, manifest).outcome == "beneficial"
     assert outcome_cell(_ran(d, "S02", 0.5, 0.0), card, manifest).outcome == "neutral"
+    failed = _ran(d, "S02", 6.25, 0.0).model_copy(update={"gate_decided_by": "hard_failures"})
+    assert outcome_cell(failed, card, manifest).outcome == "harmful"  # a hard failure is harmful, whatever it gained
     trial_only = bf.event("E1", 0, "S02").model_copy(update={"decision": d, "action": d.action, "outcome": "trial_failed",
                                                              "trial_verdict": "fail", "trial_delta": -4.0})
     cell = outcome_cell(trial_only, card, manifest)
