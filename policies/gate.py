@@ -7,8 +7,13 @@ Every policy's children face the same four checks, in this order, on ADOPTION sp
                    parent; non-compensable. The exact McNemar p on per-prompt outcomes is
                    reported beside it (and blocks only if the run config says so).
 2. target        - the candidate's target reaches its minimum meaningful gain and U_prom > 0.
-3. captrack      - no CapTrack group or sub-capability worse than the allowed regime.
+3. captrack      - no CapTrack group or sub-capability worse than the allowed regime; a
+                   severe or catastrophic verdict needs `min_severe_items` paired items.
 4. hard_failures - unparseable share, any UNKNOWN metric or item, NaN, a failed sanity check.
+
+Beside each of the first three, the paired comparison of its items (`policies.stats.paired_stats`:
+n, mean difference, its standard error, exact McNemar p) says how far the numbers sit above
+the noise of the item count (docs/GATE.md §5).
 
 An evaluator error (None = UNKNOWN) makes the check that needs it fail: it never passes.
 The CapTrack profile arithmetic lives here (not in evaluators/) because policies/ may import
@@ -29,7 +34,7 @@ from experience_bank.records import Frozen, Ident
 from experience_bank.results import (
     GateCheck, GateVerdict, Group, MetricSpec, SanityCheck, Severity, SuiteResult,
 )
-from policies.stats import mcnemar_exact
+from policies.stats import PairedStats, paired_stats
 
 Results = Mapping[str, SuiteResult]
 SEVERITIES: tuple[Severity, ...] = ("none", "mild", "moderate", "severe", "catastrophic")
@@ -51,6 +56,9 @@ class GateConfig(Frozen):
     """Normalising scale of U_prom, per family (pp)."""
     allowed_regime: Severity = "moderate"
     """Worst CapTrack regime a group or sub-capability may reach (default: nothing severe)."""
+    min_severe_items: Annotated[int, Field(ge=1)] = 30
+    """Paired items a CapTrack group or sub-capability needs before it can be judged severe or
+    catastrophic; with fewer, such a drift is capped at moderate (at 7 items one item is 14 pp)."""
     max_unparseable_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2
     """Largest share of unparseable child outputs per suite."""
     ifeval_suite: Ident = "ifeval"
@@ -77,19 +85,45 @@ def gate_config(mapping: Mapping | None) -> GateConfig:
         raise BadInput(f"invalid gate config: field {loc}: {err['msg']}; fix the run config's gate section") from None
 
 
-# --- small statistics ------------------------------------------------------------------
+# --- paired items ----------------------------------------------------------------------
 
 
-def discordant(before: SuiteResult, after: SuiteResult) -> tuple[int, int, int]:
-    """(b, c, n_unknown): b = correct before and wrong after, c = the reverse, paired by item id."""
-    a = {i.item_id: i.correct for i in before.items}
-    z = {i.item_id: i.correct for i in after.items}
-    if a.keys() != z.keys():
-        raise BadInput(f"suite {before.identity.suite}: item ids differ between the two models; evaluate both on the same split")
-    b = sum(1 for k in a if a[k] is True and z[k] is False)
-    c = sum(1 for k in a if a[k] is False and z[k] is True)
-    unknown = sum(1 for k in a if a[k] is None or z[k] is None)
-    return b, c, unknown
+Outcomes = dict[str, bool | None]
+"""Per-item correctness keyed by item id (None = UNKNOWN)."""
+
+
+def outcomes(result: SuiteResult) -> Outcomes:
+    """Every item of one suite result."""
+    return {i.item_id: i.correct for i in result.items}
+
+
+def paired_numbers(s: PairedStats, prefix: str = "") -> dict[str, float | str | None]:
+    """The paired comparison as GateCheck numbers (the same keys beside every check)."""
+    return {f"{prefix}n_items": s.n, f"{prefix}paired_delta_pp": s.delta_pp, f"{prefix}paired_se_pp": s.se_pp,
+            f"{prefix}mcnemar_b": s.b, f"{prefix}mcnemar_c": s.c, f"{prefix}mcnemar_p": s.mcnemar_p,
+            f"{prefix}unknown_pairs": s.unknown}
+
+
+def _probe_of(metric: str, probes: set[str]) -> str | None:
+    # A probe suite names each metric after its probe, alone or with a suffix
+    # (`can_arith`, `will_format_rate`, `how_json_valid`): the longest such probe is its own.
+    hits = [p for p in probes if metric == p or metric.startswith(f"{p}_")]
+    return max(hits, key=len) if hits else None
+
+
+def metric_items(results: Results, key: str) -> Outcomes:
+    """The items one `suite.metric` rests on, keyed `suite|item_id`: its probe's where the items name
+    probes (CapTrack), else every item of the suite. Items a scorer crashed on carry no probe: they
+    are not attributed here, and hard_failures blocks on them."""
+    metric_value(results, key)  # the suite and metric must exist
+    suite, _, metric = key.partition(".")
+    items = results[suite].items
+    probes = {str(i.detail["probe"]) for i in items if "probe" in i.detail}
+    probe = _probe_of(metric, probes)
+    if probes and probe is None:
+        raise BadInput(f"metric {key} matches no probe of its items ({', '.join(sorted(probes))}); "
+                       f"name it after its probe (`<probe>` or `<probe>_<what>`)")
+    return {f"{suite}|{i.item_id}": i.correct for i in items if probe is None or i.detail.get("probe") == probe}
 
 
 # --- CapTrack profile --------------------------------------------------------------------
@@ -119,10 +153,15 @@ class CapDrift(Frozen):
     """Group (CAN) or sub-capability (`CAN/C1`)."""
     drift_pct: float | None
     """Equal-weight mean of the deciding members' drift; None when none decides."""
+    raw_severity: Severity | None
+    """Regime of drift_pct alone; None when nothing decides."""
     severity: Severity | None
-    """Regime of drift_pct; None when nothing decides."""
+    """The judged regime: raw_severity, capped at moderate when `paired.n` is below the gate's
+    min_severe_items (judged_severity owns the rule)."""
     n_members: Annotated[int, Field(ge=0)]
     """Metrics (for a sub) or subs (for a group) inside it."""
+    paired: PairedStats
+    """OOB vs adapted model on the items of its deciding metrics (each item once)."""
 
 
 class Profile(Frozen):
@@ -145,6 +184,13 @@ def severity(drift_pct: float) -> Severity:
     if drift_pct > -20.0:
         return "severe"
     return "catastrophic"
+
+
+def judged_severity(regime: Severity | None, n_items: int, min_items: int) -> Severity | None:
+    """A severe or catastrophic regime on fewer than min_items paired items is capped at moderate."""
+    if regime in ("severe", "catastrophic") and n_items < min_items:
+        return "moderate"
+    return regime
 
 
 def _harm_signed(rel: float, direction: str) -> float:
@@ -170,9 +216,27 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _cap(name: str, drifts: list[float | None]) -> CapDrift:
-    d = _mean([x for x in drifts if x is not None])
-    return CapDrift(name=name, drift_pct=d, severity=None if d is None else severity(d), n_members=len(drifts))
+Member = tuple[float | None, Outcomes, Outcomes]
+"""(deciding drift or None, OOB items, adapted items) of one metric in a sub, or one sub in a group."""
+
+
+def _pooled(members: list[Member]) -> tuple[Outcomes, Outcomes]:
+    # Only what decides is evidence for the verdict; an item under two metrics counts once.
+    before: Outcomes = {}
+    after: Outcomes = {}
+    for drift, b, a in members:
+        if drift is not None:
+            before |= b
+            after |= a
+    return before, after
+
+
+def _cap(name: str, members: list[Member], min_items: int) -> CapDrift:
+    d = _mean([x for x, _, _ in members if x is not None])
+    raw = None if d is None else severity(d)
+    pairs = paired_stats(*_pooled(members), name)
+    return CapDrift(name=name, drift_pct=d, raw_severity=raw, severity=judged_severity(raw, pairs.n, min_items),
+                    n_members=len(members), paired=pairs)
 
 
 def metric_value(results: Results, key: str) -> float | None:
@@ -185,17 +249,22 @@ def metric_value(results: Results, key: str) -> float | None:
     return results[suite].metrics[metric]
 
 
-def captrack_profile(base: Results, model: Results, specs: tuple[MetricSpec, ...]) -> Profile:
-    """Per-metric drift vs the OOB model, aggregated per sub-capability, then per group."""
+def captrack_profile(base: Results, model: Results, specs: tuple[MetricSpec, ...],
+                     config: GateConfig | None = None) -> Profile:
+    """Per-metric drift vs the OOB model, aggregated per sub-capability, then per group; each
+    aggregate carries its paired items and its judged regime (config: the gate's, default GateConfig())."""
+    min_items = (config or GateConfig()).min_severe_items
     rows = [metric_drift(s, metric_value(base, s.name), metric_value(model, s.name)) for s in specs]
-    subs: dict[tuple[str, str], list[float | None]] = {}
-    for r in rows:
-        subs.setdefault((r.group, r.sub), []).append(r.drift_pct if r.decides else None)
-    sub_caps = [_cap(f"{g}/{s}", d) for (g, s), d in subs.items()]
-    groups: dict[str, list[float | None]] = {}
-    for (g, _), cap in zip(subs, sub_caps):
-        groups.setdefault(g, []).append(cap.drift_pct)  # equal weight per sub-capability
-    return Profile(metrics=tuple(rows), subs=tuple(sub_caps), groups=tuple(_cap(g, d) for g, d in groups.items()))
+    subs: dict[tuple[str, str], list[Member]] = {}
+    for s, r in zip(specs, rows):
+        member = (r.drift_pct if r.decides else None, metric_items(base, s.name), metric_items(model, s.name))
+        subs.setdefault((r.group, r.sub), []).append(member)
+    sub_caps = [_cap(f"{g}/{s}", m, min_items) for (g, s), m in subs.items()]
+    groups: dict[str, list[Member]] = {}
+    for members, cap in zip(subs.values(), sub_caps):  # equal weight per sub-capability
+        groups.setdefault(cap.name.partition("/")[0], []).append((cap.drift_pct, *_pooled(members)))
+    return Profile(metrics=tuple(rows), subs=tuple(sub_caps),
+                   groups=tuple(_cap(g, m, min_items) for g, m in groups.items()))
 
 
 # --- the four checks ---------------------------------------------------------------------
@@ -203,10 +272,11 @@ def captrack_profile(base: Results, model: Results, specs: tuple[MetricSpec, ...
 
 def _ifeval_guard(initial: Results, child: Results, cfg: GateConfig) -> GateCheck:
     keys = [f"{cfg.ifeval_suite}.{cfg.ifeval_prompt_metric}", f"{cfg.ifeval_suite}.{cfg.ifeval_instruction_metric}"]
-    b, c, unknown_pairs = discordant(initial[cfg.ifeval_suite], child[cfg.ifeval_suite])
-    p = mcnemar_exact(b, c)
-    nums: dict[str, float | str | None] = {"max_drop_pp": cfg.ifeval_max_drop_pp, "mcnemar_b": b, "mcnemar_c": c,
-                                           "mcnemar_p": p, "alpha": cfg.alpha, "unknown_pairs": unknown_pairs}
+    pairs = paired_stats(outcomes(initial[cfg.ifeval_suite]), outcomes(child[cfg.ifeval_suite]), cfg.ifeval_suite)
+    b, c, p = pairs.b, pairs.c, pairs.mcnemar_p
+    noise = f"McNemar p={p:.3g}, {_se_text(pairs)} on {pairs.n} prompts"
+    nums: dict[str, float | str | None] = {"max_drop_pp": cfg.ifeval_max_drop_pp, "alpha": cfg.alpha,
+                                           **paired_numbers(pairs)}
     deltas = []
     for key, label in zip(keys, ("prompt", "instruction")):
         i0, i1 = metric_value(initial, key), metric_value(child, key)
@@ -217,12 +287,12 @@ def _ifeval_guard(initial: Results, child: Results, cfg: GateConfig) -> GateChec
     low = [d for d in deltas if d < -cfg.ifeval_max_drop_pp - _EPS]
     if low:
         return GateCheck(name="ifeval_guard", passed=False, numbers=nums,
-                         reason=f"IFEval strict fell {-min(low):.2f} pp below the initial parent (limit {cfg.ifeval_max_drop_pp} pp, McNemar p={p:.3g})")
+                         reason=f"IFEval strict fell {-min(low):.2f} pp below the initial parent (limit {cfg.ifeval_max_drop_pp} pp, {noise})")
     if cfg.block_significant_smaller_drop and p < cfg.alpha and b > c:
         return GateCheck(name="ifeval_guard", passed=False, numbers=nums,
                          reason=f"significant per-prompt IFEval loss (McNemar p={p:.3g} < {cfg.alpha}, {b} lost vs {c} gained)")
     return GateCheck(name="ifeval_guard", passed=True, numbers=nums,
-                     reason=f"IFEval within {cfg.ifeval_max_drop_pp} pp of the initial parent (McNemar p={p:.3g})")
+                     reason=f"IFEval within {cfg.ifeval_max_drop_pp} pp of the initial parent ({noise})")
 
 
 def _target(parent: Results, child: Results, cfg: GateConfig, target_key: str,
@@ -233,7 +303,10 @@ def _target(parent: Results, child: Results, cfg: GateConfig, target_key: str,
     missing = [f for f in family_targets if f not in cfg.kappa or f not in cfg.min_gain_pp]
     if missing:
         raise BadInput(f"gate config lacks kappa or min_gain_pp for {', '.join(missing)}; add them")
-    nums: dict[str, float | str | None] = {"family": family, "min_gain_pp": cfg.min_gain_pp[family]}
+    suite = target_key.partition(".")[0]
+    pairs = paired_stats(outcomes(parent[suite]), outcomes(child[suite]), suite)  # parent vs child, by item id
+    nums: dict[str, float | str | None] = {"family": family, "min_gain_pp": cfg.min_gain_pp[family],
+                                           **paired_numbers(pairs)}
     terms = []
     for f, key in family_targets.items():
         p0, p1 = metric_value(parent, key), metric_value(child, key)
@@ -246,20 +319,34 @@ def _target(parent: Results, child: Results, cfg: GateConfig, target_key: str,
     if u_prom is None or gain is None:
         return GateCheck(name="target", passed=False, numbers=nums, reason="a target score is UNKNOWN: an evaluator error never passes"), None
     ok_gain = gain >= cfg.min_gain_pp[family] - _EPS
-    reason = (f"target {target_key} {gain:+.2f} pp (min {cfg.min_gain_pp[family]}), U_prom={u_prom:+.3f}"
+    reason = (f"target {target_key} {gain:+.2f} pp (min {cfg.min_gain_pp[family]}; {_se_text(pairs)}, "
+              f"McNemar p={pairs.mcnemar_p:.3g} on {pairs.n} items), U_prom={u_prom:+.3f}"
               + ("" if ok_gain and u_prom > 0 else ": below the minimum meaningful gain or U_prom <= 0"))
     return GateCheck(name="target", passed=ok_gain and u_prom > 0, numbers=nums, reason=reason), u_prom
 
 
+def _se_text(pairs: PairedStats) -> str:
+    return "paired SE n/a" if pairs.se_pp is None else f"paired SE {pairs.se_pp:.2f} pp"
+
+
+def _capped_text(cap: CapDrift, min_items: int) -> str:
+    return (f"{cap.name}: {cap.drift_pct:.1f}% on {cap.paired.n} items, below the {min_items} needed "
+            f"for a {cap.raw_severity} verdict")
+
+
 def _captrack(initial: Results, child: Results, cfg: GateConfig, specs: tuple[MetricSpec, ...]) -> GateCheck:
-    prof = captrack_profile(initial, child, specs)
-    nums: dict[str, float | str | None] = {"allowed_regime": cfg.allowed_regime}
+    prof = captrack_profile(initial, child, specs, cfg)
+    nums: dict[str, float | str | None] = {"allowed_regime": cfg.allowed_regime, "min_severe_items": cfg.min_severe_items}
     for m in prof.metrics:
         nums.update({f"{m.name}.drift_pct": m.drift_pct, f"{m.name}.abs_delta": m.abs_delta,
                      f"{m.name}.decides": "yes" if m.decides else "no"})
     caps = prof.subs + prof.groups
     for cap in caps:
-        nums.update({f"{cap.name}.drift_pct": cap.drift_pct, f"{cap.name}.severity": cap.severity})
+        nums.update({f"{cap.name}.drift_pct": cap.drift_pct, f"{cap.name}.severity": cap.severity,
+                     f"{cap.name}.raw_severity": cap.raw_severity, **paired_numbers(cap.paired, f"{cap.name}.")})
+    capped = [_capped_text(c, cfg.min_severe_items) for c in caps if c.severity != c.raw_severity]
+    nums["capped"] = "; ".join(capped)[:400] or None
+    note = f" ({'; '.join(capped)}: capped at moderate)" if capped else ""
     unknown = [m.name for m in prof.metrics if m.base is None or m.value is None]
     if unknown:
         return GateCheck(name="captrack", passed=False, numbers=nums, reason=f"CapTrack metric UNKNOWN: {', '.join(unknown)[:400]}")
@@ -267,8 +354,10 @@ def _captrack(initial: Results, child: Results, cfg: GateConfig, specs: tuple[Me
     worse = [c for c in caps if c.severity is not None and SEVERITIES.index(c.severity) > limit]
     if worse:
         names = ", ".join(f"{c.name} {c.severity} ({c.drift_pct:.1f}%)" for c in worse)
-        return GateCheck(name="captrack", passed=False, numbers=nums, reason=f"worse than {cfg.allowed_regime}: {names}"[:500])
-    return GateCheck(name="captrack", passed=True, numbers=nums, reason=f"no group or sub-capability worse than {cfg.allowed_regime}")
+        return GateCheck(name="captrack", passed=False, numbers=nums,
+                         reason=f"worse than {cfg.allowed_regime}: {names}{note}"[:500])
+    return GateCheck(name="captrack", passed=True, numbers=nums,
+                     reason=f"no group or sub-capability worse than {cfg.allowed_regime}{note}"[:500])
 
 
 def _nan_or_unknown(results: Results) -> tuple[list[str], list[str]]:
@@ -339,12 +428,12 @@ def gate(initial: Results, parent: Results, child: Results, config: GateConfig, 
     try:
         _same_data(roles, needed)
         u_check, u_prom = _target(parent, child, config, f"{target_suite}.{target_metric}", family_targets)
-    except BadInput as exc:  # a suite or metric the rule needs is missing: fail closed, never promote
+        checks = (_ifeval_guard(initial, child, config), u_check, _captrack(initial, child, config, specs),
+                  _hard_failures(roles, config, tuple(sanity)))
+    except BadInput as exc:  # a suite, metric or item set the rule needs is missing: fail closed, never promote
         check = GateCheck(name="hard_failures", passed=False, numbers={}, reason=f"cannot judge: {exc}"[:500])
         return GateVerdict(promote=False, decided_by="hard_failures", checks=(check,), u_prom=None,
                            child_sha256=shas["child"], parent_sha256=shas["parent"], initial_sha256=shas["initial"])
-    checks = (_ifeval_guard(initial, child, config), u_check, _captrack(initial, child, config, specs),
-              _hard_failures(roles, config, tuple(sanity)))
     failing = next((c.name for c in checks if not c.passed), None)
     return GateVerdict(promote=failing is None, decided_by=failing or "all_passed", checks=checks, u_prom=u_prom,
                        child_sha256=shas["child"], parent_sha256=shas["parent"], initial_sha256=shas["initial"])

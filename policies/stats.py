@@ -2,19 +2,23 @@
 
 Exact sign-flip test over paired differences (all 2^n sign assignments), paired t interval,
 exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, exact
-binomial test, Spearman rank correlation. Out of scope: multiple-comparison corrections and
+binomial test, Spearman rank correlation, and the paired comparison every gate check reports
+beside its threshold (`paired_stats`). Out of scope: multiple-comparison corrections and
 clustered inference (the seed reports neither).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Annotated
 
 import numpy as np
+from pydantic import Field
 from scipy import stats
 
 from experience_bank.errors import BadInput
+from experience_bank.records import Frozen
 
 MAX_EXACT_PAIRS = 20
 """2^20 sign assignments is the largest exact enumeration we allow (about a second)."""
@@ -64,6 +68,41 @@ def mcnemar_paired(first: Sequence[bool], second: Sequence[bool]) -> tuple[int, 
     b = sum(1 for x, y in zip(first, second) if x and not y)
     c = sum(1 for x, y in zip(first, second) if y and not x)
     return b, c, mcnemar_exact(b, c)
+
+
+class PairedStats(Frozen):
+    """Two models compared item by item on the same items (docs/GATE.md §5)."""
+
+    n: Annotated[int, Field(ge=0)]
+    """Items known (not UNKNOWN) on both sides: the pairs everything below rests on."""
+    b: Annotated[int, Field(ge=0)]
+    """Pairs right before and wrong after (losses)."""
+    c: Annotated[int, Field(ge=0)]
+    """Pairs wrong before and right after (gains)."""
+    unknown: Annotated[int, Field(ge=0)]
+    """Items left out because either side is UNKNOWN."""
+    delta_pp: float | None
+    """Mean per-item difference after - before, in pp (positive = more right after); None when n = 0."""
+    se_pp: float | None
+    """Standard error of that mean, in pp; None when n = 0."""
+    mcnemar_p: Annotated[float, Field(ge=0.0, le=1.0)]
+    """Exact two-sided McNemar p on (b, c)."""
+
+
+def paired_stats(before: Mapping[str, bool | None], after: Mapping[str, bool | None], what: str) -> PairedStats:
+    """Per-item outcomes of two models (keyed by item id) -> n, b, c, mean difference, its SE, McNemar p."""
+    if before.keys() != after.keys():
+        raise BadInput(f"{what}: item ids differ between the two models; evaluate both on the same split")
+    known = [k for k in before if before[k] is not None and after[k] is not None]
+    diffs = np.array([float(after[k]) - float(before[k]) for k in known])
+    b, c = int(np.sum(diffs < 0)), int(np.sum(diffs > 0))
+    if not known:
+        return PairedStats(n=0, b=0, c=0, unknown=len(before), delta_pp=None, se_pp=None, mcnemar_p=1.0)
+    # ddof=0: for 0/1 outcomes this is the usual paired-proportion SE,
+    # sqrt((b + c) - (b - c)^2 / n) / n (Agresti, Categorical Data Analysis §10.1).
+    se = float(stats.sem(diffs, ddof=0)) if len(diffs) > 1 else 0.0
+    return PairedStats(n=len(known), b=b, c=c, unknown=len(before) - len(known), delta_pp=100.0 * float(diffs.mean()),
+                       se_pp=100.0 * se, mcnemar_p=mcnemar_exact(b, c))
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from test_gate_factory import FAMILY_TARGETS, SPECS, suite, world
+from test_gate_factory import CAPTRACK_ITEMS, FAMILY_TARGETS, SPECS, suite, world
 
 from experience_bank.errors import BadInput
 from experience_bank.results import SanityCheck
-from policies.gate import GateConfig, gate, gate_config, mcnemar_exact
+from policies.gate import GateConfig, gate, gate_config
+from policies.stats import mcnemar_exact
 
 INITIAL = world("initial")
 CFG = GateConfig()
@@ -142,7 +143,7 @@ def test_an_unknown_metric_never_passes(suite_name, metric, first):
 
 def test_an_unknown_item_never_passes():
     child = world("child", sql=50.0)
-    child["captrack"] = suite("captrack", child["captrack"].metrics, [True, None, False], model="child")
+    child["captrack"] = suite("captrack", child["captrack"].metrics, [None] + CAPTRACK_ITEMS[1:], model="child")
     v = judge(child)
     assert v.decided_by == "hard_failures" and check(v, "hard_failures").numbers["unknown.child"] == 1
 

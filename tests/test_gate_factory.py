@@ -32,6 +32,10 @@ SPECS = (
 )
 BASE_CAPTRACK = {"can_arith": 50.0, "can_fact": 40.0, "will_len": 100.0, "will_refusal": 0.0, "how_json": 80.0}
 FAMILY_TARGETS = {"sql": "sql/target.exec_acc", "finance": "finance/target.em"}
+CAPTRACK_ITEMS = [True] * 20 + [False] * 20
+"""Per-item outcomes of the captrack suite: 40 items without probe names, so every metric rests
+on all of them, above the gate's 30-item minimum for a severe verdict (tests/test_gate_noise.py
+builds probe-named items)."""
 
 
 def world(model: str, *, prompt=60.0, inst=70.0, ifeval_items=None, sql=40.0, fin=30.0, captrack=None,
@@ -44,5 +48,5 @@ def world(model: str, *, prompt=60.0, inst=70.0, ifeval_items=None, sql=40.0, fi
         "sql/target": suite("sql/target", {"exec_acc": sql}, [True] * 4 + [False] * 6, model=model,
                             n_unparseable=sql_unparseable, **kw),
         "finance/target": suite("finance/target", {"em": fin}, [True] * 3 + [False] * 7, model=model, **kw),
-        "captrack": suite("captrack", cap, [True] * 5 + [False] * 5, model=model, **kw),
+        "captrack": suite("captrack", cap, CAPTRACK_ITEMS, model=model, **kw),
     }
