@@ -3,10 +3,11 @@
 Pure over what the run stored (bank events, ledger, evaluation results, gate verdicts): a
 report can be rewritten at any time without running a model. Sections: decision table
 (features, action, rule), ledger and budget burn-down, trial fidelity, trajectory of every
-suite across promotions, the CapTrack heat map (evaluators/heatmap.py) and the IFEval guard
-over time. Both files render the same sections: report.md links the figures as PNG files
-beside it, report.html embeds them (base64), so the HTML is one self-contained file that
-reads at a laptop width (tables scroll sideways inside their own box, figures shrink).
+suite across promotions, the CapTrack heat map (evaluators/heatmap.py), the IFEval guard
+over time and each gate check beside its paired noise (n, SE, McNemar p). Both files render
+the same sections: report.md links the figures as PNG files beside it, report.html embeds
+them (base64), so the HTML is one self-contained file that reads at a laptop width (tables
+scroll sideways inside their own box, figures shrink).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from agent.rundir import RunDir
 from experience_bank.records import Event
-from experience_bank.results import SuiteResult
+from experience_bank.results import GateCheck, GateVerdict, SuiteResult
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,46 @@ def _heatmap(ctx: Any, manifest: dict, events: list[Event]) -> list[Table | Figu
             Table(["row", "what it measures", "metrics behind it"], rows, id="heatmap-legend")]
 
 
+NOISE_HEADER = ["seq", "candidate", "check", "passed", "items", "paired Δ pp", "paired SE pp", "McNemar p", "regime"]
+
+
+def _noise_parts(check: GateCheck) -> list[tuple[str, str]]:
+    # (label, numbers prefix): the IFEval guard and the target carry one paired comparison; the
+    # CapTrack check one per group, and per sub-capability where a severe regime was at stake.
+    if check.name in ("ifeval_guard", "target"):
+        return [(check.name, "")]
+    if check.name != "captrack":
+        return []
+    caps = [k.removesuffix(".n_items") for k in check.numbers if k.endswith(".n_items")]
+    return [(f"captrack {c}", f"{c}.") for c in caps
+            if "/" not in c or check.numbers.get(f"{c}.raw_severity") in ("severe", "catastrophic")]
+
+
+def _regime(nums: dict, prefix: str) -> str | None:
+    judged, raw = nums.get(f"{prefix}severity"), nums.get(f"{prefix}raw_severity")
+    return f"{judged} (capped from {raw}: too few items)" if judged != raw else judged
+
+
+def noise_rows(judged: list[tuple[int, str, GateVerdict]]) -> list[list[Any]]:
+    """Each (seq, candidate, verdict): every gate check beside its paired noise (policies/gate.py's numbers)."""
+    rows = []
+    for seq, candidate, verdict in judged:
+        for check in verdict.checks:
+            for label, pre in _noise_parts(check):
+                n = check.numbers
+                items = n.get(f"{pre}n_items")  # a count, stored as a float among the check's numbers
+                rows.append([seq, candidate, label, "pass" if check.passed else "FAIL",
+                             None if items is None else int(items),
+                             n.get(f"{pre}paired_delta_pp"), n.get(f"{pre}paired_se_pp"), n.get(f"{pre}mcnemar_p"),
+                             _regime(n, pre) if pre else None])
+    return rows
+
+
+def _judged(rd: RunDir, events: list[Event]) -> list[tuple[int, str, GateVerdict]]:
+    verdicts = [(e.seq, e.candidate_id, rd.verdict(e.decision.decision_hash)) for e in events]
+    return [(seq, cid, v) for seq, cid, v in verdicts if v is not None]
+
+
 def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     """Every section of the report, computed once for both renderings."""
     from agent.report_charts import burn_down_chart, ifeval_chart, trajectory_chart  # noqa: PLC0415
@@ -177,6 +218,12 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         Figure("ifeval-guard", ifeval_chart(points, base, drop), f"IFEval strict accuracies of each child the gate "
                f"judged; a child more than {drop:g} pp below the initial parent fails the non-compensable guard."),
         Table(["seq", "candidate", "values", "outcome"], guard_rows or [["–", "no child was evaluated", "", ""]])]))
+    noise = noise_rows(_judged(rd, events))
+    out.append(Section("Gate checks beside the noise (paired, by item id)", [
+        "Paired Δ: mean per-item change in correctness (pp) against the initial parent (the target: against "
+        "the current parent), with its standard error and the exact McNemar p on the items that changed. A "
+        f"CapTrack regime worse than moderate needs {manifest.get('gate', {}).get('min_severe_items', '–')} items.",
+        Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
     return out
 
 
