@@ -112,7 +112,12 @@ class RunConfig(BaseModel):
 
     # --- evaluation and execution -------------------------------------------------------
     eval_n: Annotated[int, Field(ge=1, le=100_000)] = 64
-    """Items per suite and split (validation, adoption)."""
+    """Items per target suite and split (validation, adoption)."""
+    ifeval_n: Annotated[int, Field(ge=1, le=100_000)] = 200
+    """IFEval prompts per split: at 200 one prompt is 0.5 pp, a quarter of the -2 pp guard."""
+    captrack_n: Annotated[int, Field(ge=1, le=100_000)] = 210
+    """CapTrack items per split, dealt round-robin over the 7 probes: 30 per sub-capability, the
+    fewest the gate lets decide a severe verdict."""
     eval_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
     """Generation batch size."""
     backend: Literal["transformers", "vllm"] = "transformers"
@@ -129,6 +134,11 @@ class RunConfig(BaseModel):
     """Mirror the episode into MLflow (agent/tracking.py; a view, never the source of truth)."""
     tracking_uri: str | None = None
     """MLflow tracking URI; None = MLFLOW_TRACKING_URI, else sqlite:///<runs folder>/mlflow.db."""
+
+    def suite_n(self, suite: str) -> int:
+        """Items a suite is evaluated on per split (the one rule: the loop's evaluations and the
+        manifest's record of them)."""
+        return {"ifeval": self.ifeval_n, "captrack": self.captrack_n}.get(suite, self.eval_n)
 
 
 FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet",

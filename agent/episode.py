@@ -180,6 +180,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
         bank.start_episode(ctx.episode_id, manifest.manifest_hash, manifest.library_version)
         initial = {"episode_id": ctx.episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0,
                    "stage": 0, "parent_dir": manifest.initial.dir, "parent_sha": manifest.initial.sha256,
+                   "lineage": list(world.model.lineage),
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
                    "stop_reason": ""}
         from agent.tracking import tracked  # the MLflow view (a tracker that is down warns once)
@@ -222,7 +223,8 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
     evaluators = Evaluators(suites=tuple(WORLD_SUITES()), eval_protocol=world.eval_protocol, backend=cfg.backend,
-                            n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed)
+                            n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                            sizes={s: cfg.suite_n(s) for s in WORLD_SUITES() if cfg.suite_n(s) != cfg.eval_n})
     manifest = build_manifest(
         episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),

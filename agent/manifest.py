@@ -73,7 +73,9 @@ class Evaluators(Frozen):
     backend: Literal["transformers", "vllm"]
     """Generation backend."""
     n: Annotated[int, Field(ge=1)]
-    """Items per suite and split."""
+    """Items per target suite and split."""
+    sizes: dict[str, Annotated[int, Field(ge=1)]] = {}
+    """Items per split of the suites sized apart from `n` (IFEval, CapTrack); {}: all at `n`."""
     batch_size: Annotated[int, Field(ge=1)]
     """Generation batch size."""
     seed: Annotated[int, Field(ge=0)]

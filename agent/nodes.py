@@ -139,13 +139,18 @@ def after_select(state: State) -> str:
 # --- authorize ---------------------------------------------------------------------------
 
 
+def _lineage(state: State) -> tuple[str, ...]:
+    # a checkpoint written before the field existed resumes with the lineage unknown
+    return tuple(state.get("lineage") or ())
+
+
 def authorize(state: State, runtime: Runtime[Ctx]) -> dict:
     """Compile outcome-blind features, authorize, and freeze the decision before any outcome."""
     ctx = runtime.context
     entry = ctx.entries[state["record_hash"]]
     episode = _episode_state(state)
     policy = ctx.manifest.policy
-    current = ctx.ports.context(state["parent_dir"], state["parent_sha"], state["stage"])
+    current = ctx.ports.context(state["parent_dir"], state["parent_sha"], state["stage"], _lineage(state))
     decision = once(ctx.rundir.decision_file(state["cursor"]),
                     lambda: route(ctx.ports.compile(entry, current), policy.name, episode, policy.config), Decision)
     ctx.bank.record_decision(ctx.episode_id, decision)
@@ -323,20 +328,21 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
                   wall_seconds=effects.pop("wall_seconds", 0.0), metrics=effects.pop("metrics", {}),
                   outcome=outcome, reason=reason[:500], trial_verdict=trial_verdict, full_run=_full_run(state),
                   refused=state.get("refused") or None, **effects)
-    parent_dir, parent_sha, stage = state["parent_dir"], state["parent_sha"], state["stage"]
+    parent_dir, parent_sha, stage, lineage = state["parent_dir"], state["parent_sha"], state["stage"], _lineage(state)
     if outcome == "promoted":
         run, verdict = ctx.rundir.train(decision.decision_hash), ctx.rundir.verdict(decision.decision_hash)
         parent_dir = ctx.ports.promote(str(ctx.run_dir), run.checkpoint, verdict)
-        parent_sha, stage = run.checkpoint_sha256, stage + 1
+        parent_sha, stage, lineage = run.checkpoint_sha256, stage + 1, (*lineage, state["parent_sha"])
     ctx.bank.append_event(event)
     if not rejected and outcome != "not_started":
         observed = ctx.ports.observation(ctx.entries[state["record_hash"]], event,
-                                         ctx.ports.model_ref(state["parent_dir"], state["parent_sha"]), state["stage"])
+                                         ctx.ports.model_ref(state["parent_dir"], state["parent_sha"], _lineage(state)),
+                                         state["stage"])
         if observed is not None:
             ctx.bank.stage_observation(ctx.episode_id, observed)
     ctx.audit.outcome(event, _card(ctx, state))
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
-            "stage": stage, "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
+            "stage": stage, "lineage": list(lineage), "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
             "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}
 
 

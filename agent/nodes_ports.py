@@ -28,17 +28,16 @@ class WorldPorts:
         self.suites, self.runtimes = tuple(SUITES), tuple(RUNTIMES)
 
     # --- contexts and the executability filter ---------------------------------------
-    def model_ref(self, model_dir: str, sha256: str) -> ModelRef:
-        name = "base" if sha256 == self.world.model.sha256 else f"child-{sha256[:12]}"
-        return ModelRef(id=f"world-{self.world.size}/{name}", sha256=sha256, arch=self.world.model.arch,
-                        chat_template_sha256=self.world.chat_template_sha256)
+    def model_ref(self, model_dir: str, sha256: str, lineage: tuple[str, ...] = ()) -> ModelRef:
+        if sha256 == self.world.model.sha256:
+            return self.world.model
+        return ModelRef(id=f"world-{self.world.size}/child-{sha256[:12]}", sha256=sha256, arch=self.world.model.arch,
+                        chat_template_sha256=self.world.chat_template_sha256, lineage=tuple(lineage))
 
-    def context(self, parent_dir: str, parent_sha: str, stage: int) -> CurrentContext:
-        fams = tuple(self.world.output_protocols)
-        return CurrentContext(parent=self.model_ref(parent_dir, parent_sha), stage=stage, families=fams,
-                              tasks={f: f"{f}/target" for f in fams}, datasets=dict(self.world.datasets),
-                              runtimes=self.runtimes, eval_protocol=self.world.eval_protocol,
-                              output_protocols=dict(self.world.output_protocols))
+    def context(self, parent_dir: str, parent_sha: str, stage: int, lineage: tuple[str, ...] = ()) -> CurrentContext:
+        from agent.world.interface import current_context
+
+        return current_context(self.world, self.model_ref(parent_dir, parent_sha, lineage), stage)
 
     def executable(self, record: HistoricalRecord | Proposal) -> str | None:
         from agent.world.catalogue import runtime_of
@@ -66,12 +65,10 @@ class WorldPorts:
     def evaluate(self, model_dir: str, split: str, out_dir: str) -> dict[str, SuiteResult]:
         from evaluators import evaluate
 
-        from agent.world.interface import suite_items
-
         # items come from the world's split (embedded or local), whatever the run seed
+        items = {s: self.world.items(s, split, self.cfg.suite_n(s)) for s in self.suites}
         return evaluate(model_dir, self.suites, split, out_dir=out_dir, backend=self.cfg.backend,
-                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n, seed=self.world.seed,
-                        items=suite_items(self.world, self.suites, split, self.cfg.eval_n))
+                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n, seed=self.world.seed, items=items)
 
     def _examples(self, card: CandidateCard, parent_dir: str) -> list[dict]:
         gen = parent_generator(parent_dir, backend=self.cfg.backend, batch_size=self.cfg.eval_batch_size,

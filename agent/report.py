@@ -176,6 +176,28 @@ def _judged(rd: RunDir, events: list[Event]) -> list[tuple[int, str, GateVerdict
     return [(seq, cid, v) for seq, cid, v in verdicts if v is not None]
 
 
+def compatibility_rows(ctx: Any, events: list[Event]) -> list[list[Any]]:
+    """The whole library compiled against the initial parent and against every promoted child:
+    counts of A, of the parent and data field scores, and of H with the conflicts that fired."""
+    from policies.features import compatibility_summary  # noqa: PLC0415
+
+    rd, manifest = ctx.rundir, ctx.manifest
+    parents = [(0, manifest.initial.sha256)]
+    for e in events:
+        if e.outcome == "promoted":
+            parents.append((len(parents), rd.train(e.decision.decision_hash).checkpoint_sha256))
+    records = [x for x in ctx.entries.values() if x.record.kind == "historical"]
+    rows, prior = [], ()
+    for stage, sha in parents:
+        current = ctx.ports.context("", sha, stage, prior)
+        s = compatibility_summary([ctx.ports.compile(x, current) for x in records])
+        fmt = lambda d: ", ".join(f"{k}×{n}" for k, n in d.items())  # noqa: E731
+        rows.append([stage, sha[:12], s["n"], fmt(s["A"]), fmt(s["fields"]["parent"]), fmt(s["fields"]["data"]),
+                     s["H"], "; ".join(f"{k} ×{n}" for k, n in s["conflicts"].items()) or "–"])
+        prior = (*prior, sha) if stage else (*ctx.ports.model_ref("", sha).lineage, sha)
+    return rows
+
+
 def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     """Every section of the report, computed once for both renderings."""
     from agent.report_charts import burn_down_chart, ifeval_chart, trajectory_chart  # noqa: PLC0415
@@ -192,6 +214,10 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
            Section("Decisions (features, action, rule)", [Table(
                ["seq", "candidate", "grade", "S", "A", "H", "Q", "nu", "chi", "action", "rule", "outcome", "cost h",
                 "reason"], decision_rows(events), id="decisions")])]
+    out.append(Section("Compatibility of the library with each parent", [
+        "Every library record compiled against the initial parent and each promoted child (counts of each value).",
+        Table(["stage", "parent", "records", "A", "parent field", "data field", "H", "hard conflicts"],
+              compatibility_rows(ctx, events), id="compatibility")]))
     answered = json.loads(rd.proposals_file.read_text()) if rd.proposals_file.exists() else []
     if answered:
         out.append(Section("LLM proposals", [Table(["#", "status", "reason"], [

@@ -6,11 +6,14 @@ function), as does a row whose gold answer cannot be evaluated (UNKNOWN, not 0).
 - execution: 1 if the SQL's result set equals the gold one (sandboxed), else 0;
 - ast_match: 1 if bfcl_eval's AST checker accepts the call, else 0;
 - numeric_match: TAT-QA F1 of the answer (equals EM for arithmetic / count answers);
-- format: 1 if the completion is well-formed in its task's output protocol, else 0.
+- format: 1 if the completion is well-formed in its task's output protocol, else 0;
+- placebo: 0 or 1 from a hash of the prompt and completion, whatever they say: the reward of
+  a matched control (agent/world/controls.py), the same GRPO run with no signal in it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Callable
 
@@ -67,5 +70,16 @@ def format(prompts, completions, **kwargs) -> list[Reward]:  # noqa: A001 - the 
     return [_well_formed(task.split("/")[0], text) for text, task, _ in _rows(completions, kwargs)]
 
 
+def placebo(prompts, completions, **kwargs) -> list[Reward]:
+    # Deterministic, so a control run is reproducible; a fair coin per (prompt, completion), so
+    # GRPO's group advantages are as large as a real reward's and carry no information.
+    out = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        text = json.dumps([prompt, _text(completion)], sort_keys=True, ensure_ascii=False)
+        out.append(float(hashlib.sha256(text.encode()).digest()[0] & 1))
+    return out
+
+
 REWARDS: dict[str, Callable[..., list[Reward]]] = {
-    "execution": execution, "ast_match": ast_match, "numeric_match": numeric_match, "format": format}
+    "execution": execution, "ast_match": ast_match, "numeric_match": numeric_match, "format": format,
+    "placebo": placebo}

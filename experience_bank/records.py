@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_serializer, model_validator
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, loads_strict
@@ -20,7 +20,7 @@ Method = Literal["sft", "grpo"]
 Nu = Literal["continue", "restart", "none"]
 Grade = Literal["A", "B", "C"]
 Action = Literal["reject", "validate", "train"]
-Reward = Literal["execution", "ast_match", "numeric_match", "format"]
+Reward = Literal["execution", "ast_match", "numeric_match", "format", "placebo"]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -163,6 +163,18 @@ class ModelRef(Frozen):
     """Architecture family, e.g. `qwen3`."""
     chat_template_sha256: Sha256
     """Hash of the chat template the model was trained with."""
+    lineage: tuple[Sha256, ...] = ()
+    """Weights hashes of the models this one was trained from, oldest first (empty: a root, or
+    not known). The parent field of the authorizer compares lineages (docs/AUTHORIZER.md §3)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_lineage(self, handler):
+        # A ref without lineage serialises exactly as before the field existed, so every record
+        # and decision hashed before keeps its hash.
+        data = handler(self)
+        if not data.get("lineage"):
+            data.pop("lineage", None)
+        return data
 
 
 class SourceContext(Frozen):

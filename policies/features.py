@@ -10,8 +10,12 @@ Field scores (0 mismatch, 0.5 unresolved, 1 match), from B_i against x_t:
 2. data     per required dataset: id present with the same hash -> 1, present with another
             hash -> 0.5, missing -> 0; the field is the worst dataset.
 3. runtime  B_i.runtime in x_t.runtimes -> 1, else 0.
-4. parent   architecture differs (B_i's, or the source parent's) -> 0; else chat template
-            differs from B_i's (or the source parent's) or x_t.stage > B_i.max_stage -> 0.5.
+4. parent   architecture differs (B_i's, or the source parent's) -> 0; else the source parent
+            compared with the current one by identity and lineage (`relation`): the same weights
+            -> 1, another stage of the same lineage (ancestor, descendant or sibling) or no
+            lineage declared on either side -> 0.5, disjoint lineages -> 0; and at most 0.5
+            when the chat template differs from B_i's (or the source parent's) or
+            x_t.stage > B_i.max_stage. A proposal has no source parent: B_i's part alone.
 5. protocol output protocol for the family differs -> 0, absent from x_t -> 0.5; evaluation
             protocol differs from the source's -> at most 0.5.
 Hard conflicts: each named Conflict predicate of B_i is evaluated against x_t; any firing
@@ -28,13 +32,14 @@ S, chi and nu do not depend on B_i and are unchanged.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from experience_bank.records import (
-    Applicability, Conflict, CurrentContext, Features, FieldScores, HistoricalRecord, Proposal,
+    Applicability, Conflict, CurrentContext, Features, FieldScores, HistoricalRecord, ModelRef, Proposal,
 )
 
 DISCOUNTS: Mapping[str, float] = {"A": 1.0, "B": 0.75, "C": 0.5}
@@ -73,12 +78,29 @@ def _data(required: Mapping[str, str], ctx: CurrentContext) -> float:
     return min((one(i, h) for i, h in required.items()), default=1.0)
 
 
-def _parent(arch: str, template: str | None, max_stage: int | None, ctx: CurrentContext) -> float:
+def relation(source: ModelRef, current: ModelRef) -> str:
+    """How the evidence's parent stands to the current one: `same` weights, `related` (one is an
+    ancestor of the other, or they share one: another stage of one lineage), `unrelated`
+    (lineages known and disjoint), or `unknown` (neither declares a lineage)."""
+    if source.sha256 == current.sha256:
+        return "same"
+    src, cur = {source.sha256, *source.lineage}, {current.sha256, *current.lineage}
+    if src & cur:
+        return "related"
+    return "unrelated" if source.lineage or current.lineage else "unknown"
+
+
+_RELATION_SCORE = {"same": 1.0, "related": 0.5, "unknown": 0.5, "unrelated": 0.0}
+
+
+def _parent(arch: str, template: str | None, max_stage: int | None, ctx: CurrentContext,
+            source: ModelRef | None = None) -> float:
     if arch != ctx.parent.arch:
         return 0.0
     template_differs = template is not None and template != ctx.parent.chat_template_sha256
     too_late = max_stage is not None and ctx.stage > max_stage
-    return 0.5 if template_differs or too_late else 1.0
+    score = 0.5 if template_differs or too_late else 1.0
+    return score if source is None else min(score, _RELATION_SCORE[relation(source, ctx.parent)])
 
 
 def _protocol(family: str, output_protocol: str, eval_protocol: str | None, ctx: CurrentContext) -> float:
@@ -94,7 +116,7 @@ def _fields_from_applicability(rec: HistoricalRecord | Proposal, ctx: CurrentCon
     src = rec.source if isinstance(rec, HistoricalRecord) else None
     parent = _parent(b.parent_arch, b.chat_template_sha256, b.max_stage, ctx)
     if src is not None:  # the evidence's own parent must also fit the current one
-        parent = min(parent, _parent(src.parent.arch, src.parent.chat_template_sha256, None, ctx))
+        parent = min(parent, _parent(src.parent.arch, src.parent.chat_template_sha256, None, ctx, src.parent))
     return FieldScores(
         family=_family(b.family, ctx),
         data=_data({d.id: d.sha256 for d in b.datasets}, ctx),
@@ -112,7 +134,7 @@ def _fields_from_source(rec: HistoricalRecord | Proposal, ctx: CurrentContext) -
         family=_family(s.family, ctx),
         data=_data(s.datasets, ctx),
         runtime=1.0 if s.runtime in ctx.runtimes else 0.0,
-        parent=_parent(s.parent.arch, s.parent.chat_template_sha256, None, ctx),
+        parent=_parent(s.parent.arch, s.parent.chat_template_sha256, None, ctx, s.parent),
         protocol=_protocol(s.family, s.output_protocol, s.eval_protocol, ctx),
     )
 
@@ -190,6 +212,16 @@ def assemble(*, candidate_id: str, record_hash: str, context_hash: str, fields: 
         Q=None if is_new else _r(S * A), nu=nu,
         chi=(1 if grade == "A" else 0) if chi is None else chi, conflicted=conflicted,
     )
+
+
+def compatibility_summary(features: list[Features]) -> dict[str, Any]:
+    """How the candidates fit one context: counts of A, of each field's score and of H, and
+    the hard conflicts that fired (by name). What the report and the retrospective print."""
+    def counts(values) -> dict[str, int]:
+        return {f"{v:g}": n for v, n in sorted(Counter(values).items(), reverse=True)}
+    return {"n": len(features), "A": counts(f.A for f in features),
+            "fields": {name: counts(getattr(f.fields, name) for f in features) for name in FIELD_NAMES},
+            "H": sum(f.H for f in features), "conflicts": dict(Counter(n for f in features for n in f.conflicts))}
 
 
 # --- the --features JSONL form -----------------------------------------------------------

@@ -77,10 +77,10 @@ class FakePorts:
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
 
-    def model_ref(self, model_dir, sha256):
+    def model_ref(self, model_dir, sha256, lineage=()):
         return ModelRef(id="fake/model", sha256=sha256, arch="qwen3", chat_template_sha256=bf.sha("tpl"))
 
-    def context(self, parent_dir, parent_sha, stage):
+    def context(self, parent_dir, parent_sha, stage, lineage=()):
         return CurrentContext(parent=self.model_ref(parent_dir, parent_sha), stage=stage, families=("sql",),
                               tasks={"sql": "sql/target"}, datasets={"sql/source/train": bf.sha("data")},
                               runtimes=("trl-sft",), eval_protocol="fake-eval", output_protocols={"sql": "sql"})

@@ -66,6 +66,8 @@ cost_mode: nominal
 eval_device_hours: 0.1
 max_consecutive_rejections: 4
 eval_n: 16
+ifeval_n: 16
+captrack_n: 14
 eval_batch_size: 16
 torch_threads: 2
 """

@@ -51,7 +51,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def _config(tmp_path: Path, model: Path | str, **over) -> Path:
     values = {"base_model": str(model), **{k: str(v) for k, v in DATA.items()}, "bank": str(tmp_path / "bank.sqlite"),
-              "out": str(tmp_path / "runs" / "ep"), "step_scale": 0.1, "eval_n": 4, "tracking": False, **over}
+              "out": str(tmp_path / "runs" / "ep"), "step_scale": 0.1, "eval_n": 4, "ifeval_n": 4, "captrack_n": 7, "tracking": False, **over}
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in values.items() if v is not None}))
     return path

@@ -74,3 +74,14 @@ def test_heatmap_title_and_labels_fit_inside_the_figure():
         assert box.x0 <= ext.x0 and ext.x1 <= box.x1 and ext.y1 <= box.y1, (text.get_text(), ext, box)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
         "CAN latent competence", "CAN/C1 knowledge and skills", "HOW/H2 output format / JSON"]
+
+
+def test_compatibility_of_the_library_with_each_parent(run_dir):
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    body = re.search(r'<table id="compatibility">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", body)]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"]  # the initial parent and the three promoted children
+    for stage, _, n, a, parent, data, h, _ in rows:
+        for counts in (a, parent, data):  # every record is counted once in each distribution
+            assert sum(int(c.split("×")[1]) for c in counts.split(", ")) == int(n) > 0
+        assert 0 <= int(h) <= int(n)

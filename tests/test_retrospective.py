@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import bank_factory as bf
 from agent.experiments import retrospective as R
 from experience_bank.hashing import content_hash
 from experience_bank.records import FieldScores
@@ -60,9 +61,11 @@ class Card:
 
 
 class FakePorts:
-    """A model is a directory with scores.json; training adds a planned change scaled by fraction."""
+    """A model is a directory with scores.json; training adds a planned change scaled by fraction.
+    The matched control (fine-tuning without the intervention) gains 1 pp on the target and
+    loses 0.5 pp of IFEval prompt strict: effects are measured against it, not the parent."""
 
-    PLAN = {"S01": (4.0, -1.0), "G01": (-3.0, 0.0)}
+    PLAN = {"S01": (4.0, -1.0), "G01": (-3.0, 0.0), "CTRL-sft": (1.0, -0.5), "CTRL-grpo": (1.0, -0.5)}
 
     def __init__(self):
         self.trained = []
@@ -89,6 +92,11 @@ def _features(cid):
                     nu="continue", grade="B", delta_src=5.0, kappa=10.0)
 
 
+def _controls(cards):
+    # real cards, since control_key hashes their content; the two methods' controls differ in data size
+    return {c.id: bf.card(f"CTRL-{c.method}", n_examples=100 if c.method == "sft" else 32) for c in cards}
+
+
 def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
@@ -98,22 +106,30 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     out = tmp_path / "retro"
     sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
     ports = FakePorts()
-    res = R.run_table(out, cards, ports, str(base), 0, feats, {c.id: content_hash(c.id) for c in cards})
+    parent = bf.record().source.parent
+    res = R.run_table(out, cards, ports, str(base), 0, feats, {c.id: content_hash(c.id) for c in cards},
+                      controls=_controls(cards), parent=parent)
     assert res["cells_done"] == 2 and list(res["failed"]) == ["BAD"]
     s01 = json.loads((out / "cells" / "S01" / "cell.json").read_text())
-    assert s01["full"]["target"] == pytest.approx(4.0) and s01["short"]["0.20"]["target"] == pytest.approx(0.8)
+    # intervention minus trained control: 4 - 1 on the target, -1 - (-0.5) on IFEval prompt strict
+    assert s01["full"]["target"] == pytest.approx(3.0) and s01["short"]["0.20"]["target"] == pytest.approx(0.6)
+    assert s01["full"]["ifeval"]["prompt_strict"] == pytest.approx(-0.5)
+    assert s01["control"]["1.00"]["target"] == pytest.approx(31.0)
     assert s01["trial_verdict"] == "inconclusive" and s01["outcome_class"] == "beneficial"
     g01 = json.loads((out / "cells" / "G01" / "cell.json").read_text())
-    assert g01["outcome_class"] == "harmful" and g01["trial_verdict"] == "inconclusive"  # -0.6 pp at 20%
+    assert g01["outcome_class"] == "harmful" and g01["trial_verdict"] == "inconclusive"  # -0.8 pp at 20%
+    # one control run per (method, fraction), shared by every cell that matches it: S01's sft
+    # control and G01's grpo control at 4 fractions each (BAD crashed before its control ran)
+    assert sorted(c for c, _ in ports.trained if c.startswith("CTRL")) == ["CTRL-grpo"] * 4 + ["CTRL-sft"] * 4
     lines = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
     assert [x["id"] for x in lines] == ["S01", "G01"] and lines[0]["features"]["candidate_id"] == "S01"
     from policies.audit import OutcomeCell
     cells = [OutcomeCell.model_validate_json(x) for x in (out / "outcomes.jsonl").read_text().splitlines()]
-    assert [(c.candidate_id, c.outcome, c.full["target"]) for c in cells] == [("S01", "beneficial", 4.0),
-                                                                               ("G01", "harmful", -3.0)]
+    assert [(c.candidate_id, c.outcome, c.full["target"]) for c in cells] == [("S01", "beneficial", 3.0),
+                                                                               ("G01", "harmful", -4.0)]
     # resume: finished cells are not trained again; the frozen features are unchanged
     n = len(ports.trained)
-    R.run_table(out, cards, ports, str(base), 0, feats)
+    R.run_table(out, cards, ports, str(base), 0, feats, controls=_controls(cards), parent=parent)
     assert len(ports.trained) == n
     assert R.freeze_features(out, [(c.id, feats[c.id]) for c in cards]) == sha
 

@@ -21,7 +21,7 @@ CONTROL = summary([0, 0, 1, 1, 0, 1, 0, 0, 1, 0])
 
 def test_grade_a_agreeing_replicates_use_a_lower_bound():
     runs = [summary([1, 0, 1, 1, 1, 1, 0, 0, 1, 0], prompt=70.0), summary([1, 1, 1, 1, 0, 1, 0, 0, 1, 0], prompt=74.0)]
-    ev = evidence_from(CARD, CONTROL, runs, "A")
+    ev = evidence_from(CARD, [CONTROL, CONTROL], runs, "A")
     assert ev.grade == "A" and ev.chi == 1 and ev.replicates == 2
     assert ev.delta_point == pytest.approx(20.0) and ev.delta_src < ev.delta_point
     assert ev.kappa == KAPPA["sql"] and ev.target_metric == "sql/source.exec_acc"
@@ -44,7 +44,7 @@ def test_seed_bank_and_consolidation_give_the_same_bound_on_the_same_effects():
     control = {"items": {f"i{k}": 0.0 for k in range(5)}, "metric": "exec_acc",
                "ifeval": {"prompt_strict": 80.0, "inst_strict": 85.0}}
     run = {**control, "items": {f"i{k}": d / 100 for k, d in enumerate(EFFECTS)}}
-    seeded = evidence_from(CARD, control, [run, run], "A").delta_src
+    seeded = evidence_from(CARD, [control, control], [run, run], "A").delta_src
     # Consolidation's paired units are replicate records with those effects.
     merged = merged_evidence([record(delta=d, seed=k) for k, d in enumerate(EFFECTS)]).delta_src
     assert seeded == pytest.approx(merged, abs=1e-6) == pytest.approx(lower_bound(EFFECTS), abs=1e-6)
@@ -52,17 +52,17 @@ def test_seed_bank_and_consolidation_give_the_same_bound_on_the_same_effects():
 
 def test_disagreeing_replicates_are_not_grade_a():
     runs = [summary([1, 0, 1, 1, 1, 1, 0, 0, 1, 0]), summary([0, 0, 0, 1, 0, 1, 0, 0, 1, 0])]
-    ev = evidence_from(CARD, CONTROL, runs, "A")
+    ev = evidence_from(CARD, [CONTROL, CONTROL], runs, "A")
     assert ev.grade == "B" and ev.chi == 0 and ev.replicates == 2
     assert ev.delta_src == ev.delta_point == pytest.approx(5.0)
 
 
 def test_grade_b_is_the_paired_point_estimate_and_c_the_logged_difference():
-    ev = evidence_from(CARD, CONTROL, [summary([0, 0, 0, 0, 0, 1, 0, 0, 1, 0])], "B")
+    ev = evidence_from(CARD, [CONTROL], [summary([0, 0, 0, 0, 0, 1, 0, 0, 1, 0])], "B")
     assert (ev.grade, ev.chi, ev.replicates) == ("B", 0, 1) and ev.delta_src == pytest.approx(-20.0)
     half = {"items": dict(list(summary([1] * 10)["items"].items())[5:]), "metric": "exec_acc",
             "ifeval": {"prompt_strict": 80.0, "inst_strict": 85.0}}
-    ev = evidence_from(CARD, CONTROL, [half], "C")
+    ev = evidence_from(CARD, [CONTROL], [half], "C")
     assert ev.grade == "C" and ev.delta_src == ev.delta_point == pytest.approx(60.0)
 
 
@@ -76,10 +76,22 @@ def test_source_card_swaps_data_for_the_source_task_and_scales_steps():
     assert src.id == card.id and src.adapter == card.adapter
 
 
+def test_each_replicate_is_paired_with_its_own_trained_control():
+    # seed 1's control already scores what its intervention does: that pair shows no effect,
+    # where pairing it with seed 0's control would have shown +20 pp
+    runs = [summary([1, 0, 1, 1, 1, 1, 0, 0, 1, 0]), summary([1, 0, 1, 1, 1, 1, 0, 0, 1, 0])]
+    ev = evidence_from(CARD, [CONTROL, runs[1]], runs, "A")
+    assert ev.grade == "B" and ev.delta_point == pytest.approx(10.0)  # (20 + 0) / 2; 0 breaks the sign agreement
+    with pytest.raises(ValueError):
+        evidence_from(CARD, [CONTROL], runs, "A")  # a replicate without its control
+
+
 def test_grade_plan_covers_the_catalogue_and_is_frozen():
     from agent.world.catalogue import card_ids
+    from agent.world.seed_bank import SOURCE_PARENT
 
-    assert set(GRADE_PLAN) == set(card_ids())
+    assert set(GRADE_PLAN) == set(card_ids()) == set(SOURCE_PARENT)
+    assert set(SOURCE_PARENT.values()) == {"base", "early", "early-template", "stage1"}
     assert sorted(GRADE_PLAN.values()).count("A") == 9
 
 
@@ -87,7 +99,7 @@ def test_grade_plan_covers_the_catalogue_and_is_frozen():
 def test_seed_bank_on_the_test_world(tmp_path, monkeypatch):
     import time
 
-    from agent.world.seed_bank import build_seed_bank, seed_records
+    from agent.world.seed_bank import SOURCE_PARENT, build_seed_bank, seed_records, seed_dir
     from agent.world.embedded import ensure_world
     from experience_bank.bank import Bank
 
@@ -109,8 +121,16 @@ def test_seed_bank_on_the_test_world(tmp_path, monkeypatch):
             assert ev.delta_src <= ev.delta_point
         else:
             assert ev.delta_src == ev.delta_point
-        assert rec.source.task == f"{rec.card.family}/source" and rec.source.parent.sha256 == world.model.sha256
+        parent = {"base": world.model.sha256, "early": world.early_model.sha256}[SOURCE_PARENT[rec.card.id]]
+        assert rec.source.task == f"{rec.card.family}/source" and rec.source.parent.sha256 == parent
+        assert world.early_model.sha256 in world.model.lineage  # the early checkpoint is the base's ancestor
         assert all((tmp_path / a).exists() for a in rec.provenance.artefacts)
+    # 7 pairs (S05, S06, G09 at seeds 0 and 1, S08 at 0); S08 (LoRA + replay, on the early
+    # checkpoint) matches S06's seed-0 control on parent, seed, steps and examples: one run less
+    import json
+
+    timing = json.loads((seed_dir(world) / "timing.json").read_text())
+    assert (timing["pairs"], timing["control_runs"], timing["control_runs_saved"]) == (7, 6, 1)
     t1 = time.monotonic()
     assert build_seed_bank(world, tmp_path / "bank.sqlite", cards=cards) == version  # cached, idempotent
     assert time.monotonic() - t1 < 10

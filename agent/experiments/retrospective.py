@@ -3,14 +3,15 @@
 One cell per catalogue candidate, in a context where it was not trained before: the world's
 base model (stage 0). Per cell, all from the same parent, seed, data recipe and evaluation
 items (greedy decoding):
-- control: the untrained parent itself (the matched control of agent/seed_bank.py: same
-  parent, items and decoding; it has no training budget, so "same budget" means the
-  intervention runs at exactly its card's nominal steps and nothing else differs);
 - short runs at 5%, 10% and 20% of the card's nominal steps, each evaluated on the
   validation split (what a bounded trial reads), with the trial verdict of the 20% run from
   `trainers.trial.verdict` under the run config's default thresholds;
-- the full run, evaluated on the adoption split (what the gate reads).
-Effects are child minus control in pp on the family's target metric and on IFEval
+- the full run, evaluated on the adoption split (what the gate reads);
+- beside each, its trained matched control (agent/world/controls.py: the same parent, seed,
+  steps, examples and items, without the intervention). Controls are keyed by
+  `controls.control_key` and kept under `controls/`: one run per (method, fraction) serves
+  every cell, evaluated once per family and split.
+Effects are intervention minus control in pp on the family's target metric and on IFEval
 prompt / instruction strict accuracy. Every candidate is run short and full, so trial
 fidelity is measured without selecting only the passing trials.
 
@@ -45,8 +46,11 @@ MIN_EFFECT_PP = 1.0
 IFEVAL_DROP_PP = 2.0
 """IFEval strict accuracies may not fall more than this (docs/AUTHORIZER.md §6)."""
 IFEVAL = ("prompt_strict", "inst_strict")
-EVAL_N = {"test": (16, 8), "default": (64, 32), "local": (64, 32)}
-"""(target items, IFEval items) per world size (a local world's splits may hold fewer: all of them)."""
+EVAL_N = {"test": {"validation": (16, 8), "adoption": (16, 8)},
+          "default": {"validation": (64, 100), "adoption": (64, 200)},
+          "local": {"validation": (64, 100), "adoption": (64, 200)}}
+"""(target items, IFEval items) per world size and split (a local world's splits may hold fewer:
+all of them). 200 adoption prompts: one IFEval prompt is 0.5 pp, a quarter of the -2 pp bound."""
 
 
 # --- pure: classify and summarise ----------------------------------------------------------
@@ -162,27 +166,40 @@ def _run(ports: CellPorts, card: Any, cell: Path, parent: str, fraction: float, 
     return _once(cell / f"{name}.json", go)
 
 
-def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int) -> dict[str, Any]:
-    """Control, short runs and the full run of one candidate; cached step by step."""
+def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str, fraction: float, seed: int,
+                   family: str, split: str, root: Path) -> dict[str, float]:
+    """The matched control's scores: trained once per control_key, evaluated once per family and split."""
+    from agent.world.controls import control_key  # noqa: PLC0415
+
+    key_dir = root / control_key(control, parent, seed, fraction)
+    run = _once(key_dir / "run.json", lambda: ports.train(control, parent_dir, fraction, seed, str(key_dir / "run")))
+    return _once(key_dir / f"{family}-{split}.json",
+                 lambda: ports.evaluate(run["checkpoint"], family, split, str(key_dir / "evals" / f"{family}-{split}")))
+
+
+def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int, *, control: Any, parent: Any,
+             controls_dir: Path) -> dict[str, Any]:
+    """Short runs, the full run and their matched controls for one candidate; cached step by step."""
     from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415
 
-    ctrl = {s: _once(cell / f"control-{s}.json", lambda s=s: ports.evaluate(parent_dir, card.family, s,
-                                                                             str(cell / "evals" / f"control-{s}")))
-            for s in ("validation", "adoption")}
+    def ctrl(fraction: float, split: str) -> dict[str, float]:
+        return control_scores(ports, control, parent, parent_dir, fraction, seed, card.family, split, controls_dir)
+
     short = {}
     for f in FRACTIONS:
         r = _run(ports, card, cell, parent_dir, f, seed, "validation")
-        short[f"{f:.2f}"] = _effect(r["scores"], ctrl["validation"]) | {"wall_s": r["wall_s"],
-                                                                       "sanity_failures": r["sanity_failures"]}
+        short[f"{f:.2f}"] = _effect(r["scores"], ctrl(f, "validation")) | {"wall_s": r["wall_s"],
+                                                                          "sanity_failures": r["sanity_failures"]}
     full_run = _run(ports, card, cell, parent_dir, 1.0, seed, "adoption")
-    full = _effect(full_run["scores"], ctrl["adoption"]) | {"wall_s": full_run["wall_s"],
-                                                            "sanity_failures": full_run["sanity_failures"]}
+    full = _effect(full_run["scores"], ctrl(1.0, "adoption")) | {"wall_s": full_run["wall_s"],
+                                                                "sanity_failures": full_run["sanity_failures"]}
     t = short["0.20"]
     v, reasons = verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (),
                          TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=IFEVAL_DROP_PP),
                          train_failures=t["sanity_failures"])
     cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
-    return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": ctrl,
+    controls = {f"{f:.2f}": ctrl(f, "validation") for f in FRACTIONS} | {"1.00": ctrl(1.0, "adoption")}
+    return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
             "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
 
 
@@ -235,13 +252,16 @@ def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[
 
 
 def run_table(out: Path, cards: list[Any], ports: CellPorts, parent_dir: str, seed: int,
-              features: dict[str, Any], decision_hashes: dict[str, str] | None = None) -> dict[str, Any]:
-    """Every cell (finished ones are skipped); a failing cell is recorded and the others go on."""
+              features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
+              controls: dict[str, Any], parent: Any) -> dict[str, Any]:
+    """Every cell (finished ones are skipped); a failing cell is recorded and the others go on.
+    `controls`: card id -> its matched control card; `parent`: the ModelRef of parent_dir."""
     done, failed = [], {}
     for card in cards:
         cell_dir = out / "cells" / card.id
         try:
-            cell = _once(cell_dir / "cell.json", lambda c=card, d=cell_dir: run_cell(ports, c, d, parent_dir, seed))
+            cell = _once(cell_dir / "cell.json", lambda c=card, d=cell_dir: run_cell(
+                ports, c, d, parent_dir, seed, control=controls[c.id], parent=parent, controls_dir=out / "controls"))
             done.append(cell | {"features": features[card.id].model_dump(mode="json")})
         except Exception as exc:  # noqa: BLE001 (one cell's crash must not end the table)
             failed[card.id] = f"{type(exc).__name__}: {exc}"[:500]
@@ -258,18 +278,18 @@ class WorldPorts:
 
     def __init__(self, world: Any):
         self.world = world
-        self.eval_n, self.ifeval_n = EVAL_N[world.size]
+        self.sizes = EVAL_N[world.size]
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
         from evaluators import evaluate  # noqa: PLC0415
 
         from agent.world.interface import suite_items  # noqa: PLC0415
 
-        w = self.world
-        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=self.eval_n,
-                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, self.eval_n))
-        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=self.ifeval_n,
-                       seed=w.seed, items=suite_items(w, ["ifeval"], split, self.ifeval_n))["ifeval"]
+        w, (n, n_ifeval) = self.world, self.sizes[split]
+        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n,
+                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, n))
+        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval,
+                       seed=w.seed, items=suite_items(w, ["ifeval"], split, n_ifeval))["ifeval"]
         key = PRIMARY_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
@@ -291,12 +311,9 @@ class WorldPorts:
 
 def base_context(world: Any) -> Any:
     """x_t of every cell: the world's base model at stage 0, everything the world provides."""
-    from agent.world.store import FAMILIES, RUNTIMES  # noqa: PLC0415
-    from experience_bank.records import CurrentContext  # noqa: PLC0415
+    from agent.world.interface import current_context  # noqa: PLC0415
 
-    return CurrentContext(parent=world.model, stage=0, families=FAMILIES, tasks={f: f"{f}/target" for f in FAMILIES},
-                          datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=world.eval_protocol,
-                          output_protocols=dict(world.output_protocols))
+    return current_context(world, world.model, 0)
 
 
 def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
@@ -304,6 +321,7 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     """Build (or resume) the table: freeze every cell's features, then run the cells. `world`: any
     agent.world.interface.WorldData (a local world); None: the embedded world of `size`."""
     from agent.world.catalogue import catalogue  # noqa: PLC0415
+    from agent.world.controls import control_card  # noqa: PLC0415
     from agent.world.seed_bank import seed_records  # noqa: PLC0415
     from agent.world.embedded import ensure_world  # noqa: PLC0415
     from policies import compile as compile_features  # noqa: PLC0415
@@ -317,6 +335,8 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     (out / "ledger.json").write_text(json.dumps({
         "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "seed": seed,
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
-        "ifeval_drop_pp": IFEVAL_DROP_PP, "control": "the untrained base model on the same items"}, indent=1))
+        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": EVAL_N.get(world.size),
+        "control": "trained matched control (agent/world/controls.py) at the same fraction"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
-    return run_table(out, cards, ports or WorldPorts(world), world.base_dir, seed, features, hashes)
+    return run_table(out, cards, ports or WorldPorts(world), world.base_dir, seed, features, hashes,
+                     controls={c.id: control_card(c, world) for c in cards}, parent=world.model)

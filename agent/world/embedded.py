@@ -57,7 +57,7 @@ from agent.progress import Progress
 from agent.world.store import World, publish_world, world_dir
 
 
-WORLD_FORMAT = "world-v2"
+WORLD_FORMAT = "world-v3"
 """Bumped when the build code changes in a way that changes the weights."""
 
 
@@ -82,6 +82,10 @@ class Recipe:
     learning_rate: float
     tokenizer_rows: int
     """Rows drawn from each of the world's training pools to train the tokenizer."""
+    early_step: int = 0
+    """Pretraining step whose weights are kept as `early/`: an earlier, weaker checkpoint of the
+    base's own lineage, where the source tasks still have headroom (the seed bank's usual
+    source parent; agent/world/seed_bank.py)."""
     seed: int = 0
 
 
@@ -98,11 +102,12 @@ RECIPES: dict[str, Recipe] = {
     "test": Recipe(size="test", vocab_size=1024, hidden_size=64, intermediate_size=192,
                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                    max_length=512, mixture=tuple(zip(_MIX, (400, 400, 400, 100, 100, 100, 300, 300))),
-                   steps=150, batch_size=16, learning_rate=3e-3, tokenizer_rows=200),
+                   steps=150, batch_size=16, learning_rate=3e-3, tokenizer_rows=200, early_step=75),
     "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=512,
                       num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
                       max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 250, 250, 250, 1000, 10_000))),
-                      steps=1400, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000),
+                      steps=1400, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000,
+                      early_step=700),
 }
 
 
@@ -159,12 +164,16 @@ def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds:
 
     # the same identity evaluators record (sha256 of the loaded tokenizer's template text)
     tsha = sha256_text(AutoTokenizer.from_pretrained(built_base, local_files_only=True).chat_template)
+    early_sha = file_sha256(str(built_base.parent / "early" / "model.safetensors"))
+    early = ModelRef(id=f"world-{recipe.size}/early-{recipe.early_step}", sha256=early_sha, arch="qwen3",
+                     chat_template_sha256=tsha)
     model = ModelRef(id=f"world-{recipe.size}/base", sha256=file_sha256(str(built_base / "model.safetensors")),
-                     arch="qwen3", chat_template_sha256=tsha)
+                     arch="qwen3", chat_template_sha256=tsha, lineage=(early_sha,))
     datasets = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}
     return World(size=recipe.size, seed=recipe.seed, recipe_sha256=rhash, root=str(root),
                  base_dir=str(root / "base"), model=model, chat_template_sha256=tsha,
-                 datasets=datasets, build_seconds=round(seconds, 1))
+                 datasets=datasets, build_seconds=round(seconds, 1),
+                 early_dir=str(root / "early"), early_model=early)
 
 
 # --- building the base model ------------------------------------------------------------
@@ -227,6 +236,9 @@ def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progr
 
     class _Report(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
+            if state.global_step == recipe.early_step:  # the lineage's earlier checkpoint
+                kw["model"].save_pretrained(out_dir.parent / "early")
+                tok.save_pretrained(out_dir.parent / "early")
             if progress:
                 progress("pretrain", state.global_step, recipe.steps)
 

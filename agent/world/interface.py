@@ -36,6 +36,9 @@ class WorldData(Protocol):
     """Every training dataset id -> content hash (the frozen data roles of the manifest)."""
     output_protocols: dict[str, str]
     eval_protocol: str
+    early_dir: str
+    """An earlier checkpoint of the base's own lineage ("" when the world has none)."""
+    early_model: ModelRef | None
 
     @property
     def step_scale(self) -> float:
@@ -53,6 +56,23 @@ class WorldData(Protocol):
     def grpo_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
         """A training pool as `{"prompt", "task", "reference"}` rows."""
         ...
+
+    def release_sha256(self, dataset_id: str, release: int) -> str | None:
+        """Hash of another release of a training pool, or None when the world knows only one."""
+        ...
+
+
+def current_context(world: WorldData, parent: ModelRef, stage: int):
+    """x_t: the world's families, target tasks, datasets, runtimes and protocols around `parent`
+    (the one definition: the loop's authorize node and the retrospective's cells both call it)."""
+    from experience_bank.records import CurrentContext
+
+    from agent.world.store import RUNTIMES
+
+    families = tuple(world.output_protocols)
+    return CurrentContext(parent=parent, stage=stage, families=families, tasks={f: f"{f}/target" for f in families},
+                          datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=world.eval_protocol,
+                          output_protocols=dict(world.output_protocols))
 
 
 def suite_items(world: WorldData, suites, split: str, n: int | None) -> dict[str, list[dict]]:

@@ -58,6 +58,9 @@ class LocalWorld:
     seed: int = 0
     output_protocols: dict[str, str] = field(default_factory=lambda: dict(OUTPUT_PROTOCOLS), hash=False)
     eval_protocol: str = EVAL_PROTOCOL
+    early_dir: str = ""
+    """A local world has no earlier checkpoint: its seed bank observes on the base."""
+    early_model: ModelRef | None = None
 
     def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
         if task == "captrack":  # the project's own probes: no upstream file exists
@@ -73,6 +76,10 @@ class LocalWorld:
 
     def grpo_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
         return [{k: v for k, v in row.items() if k != "completion"} for row in self.sft_examples(dataset_id, n)]
+
+    def release_sha256(self, dataset_id: str, release: int) -> str | None:
+        """A local world's files are the only release it knows."""
+        return None
 
 
 def sources_from(cfg) -> "LocalSources":

@@ -1,37 +1,44 @@
 """The initial experience library L(0): historical records from real runs in SOURCE contexts.
 
 For every catalogue card we train its source-task analogue (the card's recipe with its data
-replaced by `<family>/source/train`, at a short step count) from a source parent, and
-evaluate control and intervention on the SAME items (the family's source suite, validation
-split) and on the retention suite (IFEval). Honest by construction: the numbers in a
-record are the numbers the runs produced.
+replaced by `<family>/source/train`, at a short step count) from the card's source parent,
+and its trained matched control (agent/world/controls.py: same parent, seed, data size,
+steps and evaluation items, without the intervention), and evaluate both on the SAME items
+(the family's source suite, validation split) and on the retention suite (IFEval). Honest by
+construction: the numbers in a record are the numbers the runs produced.
 
-Matched control. The shared control of a source context is the untrained source parent
-itself, evaluated once on the same items with the same greedy decoding: every
-intervention of that context is compared with it (same parent, eval items, data size and
-seeds; budgets are equal because each card runs at the same share of its nominal steps).
+Source contexts differ from the current one the way a library gathered earlier and
+elsewhere does. The plan is frozen before any run and never looks at an outcome:
+- `SOURCE_PARENT`: the parent each card was observed on. `early` is an earlier checkpoint of
+  the base's own pretraining (agent/world/embedded.py), where the source tasks still have
+  headroom; `base` is the current base itself (the standard recipes of the SQL and function
+  families and the finance SFT one, re-run by a team that already had this model); `stage1` is the base after the finance standard recipe
+  (S01's source run, seed 0) was promoted, a later parent; `early-template` is the early
+  checkpoint served with another chat template (a default system message), as another team
+  ran it. Each parent's ModelRef carries its lineage, so the authorizer's parent field sees
+  identity, lineage and stage.
+- `DATA_RELEASE`: cards whose B_i names a variant pool as the record's authors had it, an
+  earlier release of the pool (the embedded world draws it with the next seed): present in
+  the current context with another hash.
+- Cards that assume a chat template assume their source parent's: on `early-template` that
+  template differs from the current parent's, and the named hard conflict fires.
 
 Evidence grades follow a plan frozen before any run (`GRADE_PLAN`, outcome-blind):
-- A: two replicates (training seeds 0 and 1), each paired with the control on every item.
-  If both replicate deltas have the same sign the record is grade A, chi = 1, and
-  delta_src is experience_bank.evidence.lower_bound (the one definition, one-sided 95%
-  Student-t) of the item-level paired differences (child mean over replicates minus
-  control). Replicates that disagree in sign make it grade B with the point estimate
-  (`REPLICATES_DISAGREED`).
-- B: one paired run; delta_src = the paired point estimate.
+- A: two replicated pairs (training seeds 0 and 1), each intervention paired with its own
+  control on every item. If both pairs' deltas have the same sign the record is grade A,
+  chi = 1, and delta_src is experience_bank.evidence.lower_bound (one-sided 95% Student-t) of
+  the item-level paired differences (mean over pairs of intervention minus control).
+  Replicates that disagree in sign make it grade B with the point estimate.
+- B: one pair; delta_src = the paired point estimate.
 - C: log-only: one run, scored on only the second half of the items and compared with the
   control's logged mean over all items: a difference of two logged means over different
   samples, not a matched comparison; delta_src = that point estimate.
 kappa is pre-specified per family (`KAPPA`). Retention effects on IFEval (prompt- and
-instruction-level strict) are recorded as child minus control.
+instruction-level strict) are recorded as intervention minus control.
 
-Source stages: most cards are observed on the base (stage 0); the cards in `STAGE1` are
-observed on a stage-1 parent, the base after the finance standard recipe (S01's source run,
-seed 0) was promoted, so the library also holds evidence from a later parent.
-
-Cost (measured under load 4-7 on 2 cores): 3 grade-A cards (6 runs + 3 controls) on a
-1M-parameter default-size world took 198 s, ~33 s per run; the whole catalogue is 33 runs +
-7 control evaluations, i.e. ~20 min under that load (the test world: 3 cards in 73 s).
+Controls are shared where their match keys coincide (`controls.control_key`): the whole
+catalogue's 33 pairs need one control run per (parent, seed, method); `timing.json` records
+how many runs that saved.
 """
 
 from __future__ import annotations
@@ -48,13 +55,14 @@ from experience_bank.families import PRIMARY_METRIC
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.evidence import lower_bound
-from experience_bank.hashing import content_hash
+from experience_bank.hashing import content_hash, sha256_text
 from experience_bank.records import (
     CandidateCard, DataMix, DatasetRef, HistoricalRecord, ModelRef, Provenance, RetentionEffect, SourceContext,
     SourceEvidence, parse_record,
 )
 
-from agent.world.catalogue import applicability, catalogue, catalogue_sha256, runtime_of
+from agent.world.catalogue import applicability, catalogue, catalogue_needs, catalogue_sha256, runtime_of
+from agent.world.controls import control_card, control_key
 from agent.progress import Progress
 from agent.world.interface import WorldData as World
 
@@ -65,9 +73,21 @@ GRADE_PLAN = {
 }
 """Frozen before any run: 9 A, 9 B, 6 C (standard recipes and their closest variants are
 the ones a practitioner would have replicated; LoRA / aggressive variants only logged)."""
-STAGE1 = frozenset({"S07", "G07", "S11", "G11"})
+SOURCE_PARENT = {
+    "S01": "base", "S05": "base", "S09": "base", "G09": "base",
+    "S07": "stage1", "G07": "stage1", "S11": "stage1", "G11": "stage1",
+    "G02": "early-template", "G06": "early-template", "G10": "early-template",
+    **{c: "early" for c in ("S02", "S03", "S04", "G01", "G03", "G04", "S06", "S08", "G05", "G08", "S10", "S12",
+                            "G12")},
+}
+"""Frozen before any run: the parent each card's evidence was observed on (module docstring)."""
+STAGE1 = frozenset(c for c, p in SOURCE_PARENT.items() if p == "stage1")
 STAGE1_PARENT = ("S01", 0)
 """(card, seed) of the source run promoted to the stage-1 parent."""
+DATA_RELEASE = {"S03": 1, "S06": 1, "S10": 1}
+"""Cards whose B_i names their variant pool at an earlier release (the world's seed + this)."""
+SOURCE_SYSTEM_PROMPT = "You are a helpful assistant."
+"""The default system message of the `early-template` parent's chat template."""
 KAPPA = {"finance": 8.0, "sql": 10.0, "function": 10.0}
 RETENTION_METRICS = ("prompt_strict", "inst_strict")
 REPLICATE_SEEDS = (0, 1)
@@ -97,8 +117,12 @@ def seed_dir(world: World) -> Path:
 
 def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
     """Everything that determines the seed records: world, catalogue, plan and sizes."""
+    from agent.world import controls
+
     return content_hash({"world": world.recipe_sha256, "catalogue": catalogue_sha256(), "grades": GRADE_PLAN,
-                         "stage1": sorted(STAGE1), "kappa": KAPPA, "seeds": REPLICATE_SEEDS,
+                         "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
+                         "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS],
+                         "kappa": KAPPA, "seeds": REPLICATE_SEEDS,
                          "size": SEED_SIZES[world.size].__dict__, "cards": sorted(card_ids)})
 
 
@@ -143,8 +167,9 @@ def seed_records(world: World, progress: Progress | None = None, *,
     runner = _Runner(world, progress, total=sum(_runs(c) for c in chosen))  # ticks once per intervention run
     records = [runner.record(card) for card in chosen]
     write_atomic(cache, "".join(r.model_dump_json() + "\n" for r in records))
-    (seed_dir(world) / "timing.json").write_text(json.dumps({"seconds": round(time.monotonic() - t0, 1),
-                                                             "records": len(records)}))
+    (seed_dir(world) / "timing.json").write_text(json.dumps({
+        "seconds": round(time.monotonic() - t0, 1), "records": len(records), "pairs": runner.pairs,
+        "control_runs": len(runner.control_runs), "control_runs_saved": runner.pairs - len(runner.control_runs)}))
     return records
 
 
@@ -163,6 +188,7 @@ class _Runner:
         self.size = SEED_SIZES[world.size]
         self.root = seed_dir(world)
         self.cards = {c.id: c for c in catalogue(world)}
+        self.pairs, self.control_runs = 0, set()
 
     def tick(self, what: str) -> None:
         self.done += 1
@@ -170,13 +196,53 @@ class _Runner:
             self.progress(what, min(self.done, self.total), self.total)
 
     # parents and controls
-    def parent(self, stage: int) -> tuple[str, ModelRef]:
-        if stage == 0:
-            return self.world.base_dir, self.world.model
+    def parent(self, where: str) -> tuple[str, ModelRef]:
+        w = self.world
+        early_dir = w.early_dir if w.early_dir and w.early_model else w.base_dir
+        if where in ("base", "early"):
+            return (w.base_dir if where == "base" else early_dir), parent_ref(where, w)
+        if where == "early-template":
+            out, template = self._templated(early_dir)
+            return out, parent_ref(where, w, template_sha256=sha256_text(template))
         card_id, seed = STAGE1_PARENT
-        child, sha, _ = self.train(self.cards[card_id], self.world.base_dir, seed=seed)
-        return child, ModelRef(id=f"world-{self.world.size}/seed-stage1", sha256=sha, arch=self.world.model.arch,
-                               chat_template_sha256=self.world.chat_template_sha256)
+        child, sha, _ = self.train(self.cards[card_id], w.base_dir, seed=seed)
+        return child, parent_ref(where, w, stage1_sha256=sha)
+
+    def _templated(self, parent_dir: str) -> tuple[str, str]:
+        """A copy of the parent served with `templated`'s chat template: (folder, template)."""
+        from transformers import AutoTokenizer
+
+        out = self.root / "parents" / "early-template"
+        tok = AutoTokenizer.from_pretrained(parent_dir, local_files_only=True)
+        tok.chat_template = templated(tok.chat_template)
+        if not (out / "model.safetensors").exists():
+            tmp = out.with_name(out.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(parent_dir, tmp)
+            tok.save_pretrained(tmp)
+            os.replace(tmp, out)
+        return str(out), tok.chat_template
+
+    def control(self, card: CandidateCard, parent_dir: str, parent: ModelRef, seed: int) -> tuple[str, dict]:
+        """The matched control of (card, parent, seed), trained once per match key and evaluated
+        once per family; returns its evaluation name and summary."""
+        import trainers
+
+        from agent.world.examples import card_examples, card_rewards
+
+        # the control of the source run: its steps and examples, the reference recipe, no intervention
+        ctrl = control_card(source_card(card, self.world, self.size.step_scale), self.world)
+        key = f"control-{control_key(ctrl, parent, seed)}"
+        name = f"{key}-{card.family}"
+        self.pairs += 1
+        self.control_runs.add(key)
+        out = self.root / "evals" / name / "summary.json"
+        if out.exists():
+            return name, json.loads(out.read_text())
+        run = self.root / "runs" / key  # kept: the next family's cards are evaluated on it too
+        trainers.train(ctrl, parent_dir, card_examples(ctrl, self.world, seed), out_dir=str(run), run_key=key,
+                       seed=seed, reward_funcs=card_rewards(ctrl))
+        return name, self.evaluate(str(run), name, card.family)
 
     def evaluate(self, model_dir: str, name: str, family: str, sample: str = "full") -> dict:
         """Cached evaluation: per-item scores on the family's source suite and on IFEval."""
@@ -237,58 +303,102 @@ class _Runner:
 
     # one record
     def record(self, card: CandidateCard) -> HistoricalRecord:
-        stage = 1 if card.id in STAGE1 else 0
-        parent_dir, parent = self.parent(stage)
-        control_name = f"control-stage{stage}-{card.family}"
-        control = self.evaluate(parent_dir, control_name, card.family)
+        where = SOURCE_PARENT[card.id]
+        parent_dir, parent = self.parent(where)
         grade = GRADE_PLAN[card.id]
         seeds = REPLICATE_SEEDS if grade == "A" else REPLICATE_SEEDS[:1]
-        runs = []
+        controls, runs = [], []
         for seed in seeds:
-            name = f"{card.id}-stage{stage}-seed{seed}"
+            controls.append(self.control(card, parent_dir, parent, seed))
+            name = f"{card.id}-{where}-seed{seed}"
             runs.append((name, self.intervention(card, parent_dir, seed, name, "half" if grade == "C" else "full")))
             self.tick(f"{card.id} seed {seed}")
-        evidence = evidence_from(card, control, [r for _, r in runs], grade)
-        return self._assemble(card, stage, parent, control_name, control, runs, evidence)
+        evidence = evidence_from(card, [c for _, c in controls], [r for _, r in runs], grade)
+        return self._assemble(card, 1 if where == "stage1" else 0, parent, controls, runs, evidence)
 
-    def _assemble(self, card, stage, parent, control_name, control, runs, evidence) -> HistoricalRecord:
+    def _assemble(self, card, stage, parent, controls, runs, evidence) -> HistoricalRecord:
         src = source_card(card, self.world, self.size.step_scale)
-        ds = {m.dataset.id: m.dataset.sha256 for m in src.data.mix}
-        evals = [control_name] + [n for n, _ in runs]
-        gens = {n: (control if n == control_name else dict(runs)[n])["generations"] for n in evals}
-        source = SourceContext(parent=parent, stage=stage, family=card.family, task=f"{card.family}/source",
-                               datasets=ds, runtime=runtime_of(card), eval_protocol=self.world.eval_protocol,
-                               output_protocol=self.world.output_protocols[card.family])
+        named = dict(controls) | dict(runs)
+        gens = {n: named[n]["generations"] for n in sorted(named)}
+        source = source_context(card, self.world, parent, stage, self.size.step_scale)
+        ds = source.datasets
         prov = Provenance(
             model_sha256=parent.sha256, data_sha256=ds,
             config_sha256=content_hash({"source_card": src.model_dump(mode="json"), "seeds": [int(n.rsplit("seed", 1)[1]) for n, _ in runs],
                                         "size": self.size.__dict__}),
             eval_sha256=content_hash(gens),
-            artefacts=tuple(f"{artefact_prefix(self.world)}/{n}" for n in evals), produced_by=PRODUCED_BY)
+            artefacts=tuple(f"{artefact_prefix(self.world)}/{n}" for n in sorted(named)), produced_by=PRODUCED_BY)
         return HistoricalRecord(card=card, source=source, evidence=evidence,
-                                applicability=applicability(card, self.world), provenance=prov)
+                                applicability=source_applicability(card, self.world, parent), provenance=prov)
+
+
+def parent_ref(where: str, world: World, *, template_sha256: str = "", stage1_sha256: str = "") -> ModelRef:
+    """The identity of a `SOURCE_PARENT` value in `world`: weights hash, chat template, lineage."""
+    early = world.early_model or world.model  # a world without an early checkpoint: its base
+    if where == "base":
+        return world.model
+    if where == "early":
+        return early
+    if where == "early-template":
+        return early.model_copy(update={"id": f"{early.id}-template", "chat_template_sha256": template_sha256})
+    if where == "stage1":
+        return ModelRef(id=f"world-{world.size}/seed-stage1", sha256=stage1_sha256, arch=world.model.arch,
+                        chat_template_sha256=world.chat_template_sha256,
+                        lineage=(*world.model.lineage, world.model.sha256))
+    raise BadInput(f"unknown source parent {where!r}: choose base, early, early-template or stage1")
+
+
+def templated(chat_template: str) -> str:
+    """The chat template with a default system message when the conversation has none."""
+    system = "{{ '<|im_start|>system\\n" + SOURCE_SYSTEM_PROMPT + "<|im_end|>\\n' }}"
+    return "{%- if messages[0]['role'] != 'system' %}" + system + "{%- endif %}" + chat_template
+
+
+def source_context(card: CandidateCard, world: World, parent: ModelRef, stage: int, step_scale: float) -> SourceContext:
+    """x_s of a card's record: its source parent, the source analogue's data, runtime and protocols."""
+    src = source_card(card, world, step_scale)
+    return SourceContext(parent=parent, stage=stage, family=card.family, task=f"{card.family}/source",
+                         datasets={m.dataset.id: m.dataset.sha256 for m in src.data.mix}, runtime=runtime_of(card),
+                         eval_protocol=world.eval_protocol, output_protocol=world.output_protocols[card.family])
+
+
+def source_applicability(card: CandidateCard, world: World, parent: ModelRef):
+    """B_i as the record's authors wrote it: the catalogue's needs, with the chat template of
+    the parent they observed on and their release of the card's variant pools."""
+    needs = catalogue_needs(card, world)
+    if needs.chat_template_sha256 is not None:
+        needs = needs.model_copy(update={"chat_template_sha256": parent.chat_template_sha256})
+    release = DATA_RELEASE.get(card.id)
+    if release:
+        mix = []
+        for m in card.data.mix:
+            sha = None if m.dataset.id.endswith("/target/train") else world.release_sha256(m.dataset.id, release)
+            mix.append(m if sha is None else m.model_copy(update={"dataset": m.dataset.model_copy(update={"sha256": sha})}))
+        card = card.model_copy(update={"data": card.data.model_copy(update={"mix": tuple(mix)})})
+    return applicability(card, world, needs)
 
 
 # --- evidence arithmetic (pure) -------------------------------------------------------------
 
 
-def evidence_from(card: CandidateCard, control: dict, runs: list[dict], grade: str) -> SourceEvidence:
-    """SourceEvidence from a control summary and one or two intervention summaries."""
-    ctrl = control["items"]
-    per_run = [100.0 * (_mean(r["items"].values()) - _mean(ctrl.values())) if grade == "C"
-               else 100.0 * _mean(r["items"][i] - ctrl[i] for i in r["items"] if i in ctrl) for r in runs]
+def evidence_from(card: CandidateCard, controls: list[dict], runs: list[dict], grade: str) -> SourceEvidence:
+    """SourceEvidence from matched (control, intervention) summaries, one pair per seed."""
+    pairs = list(zip(controls, runs, strict=True))
+    per_run = [100.0 * (_mean(r["items"].values()) - _mean(c["items"].values())) if grade == "C"
+               else 100.0 * _mean(r["items"][i] - c["items"][i] for i in r["items"] if i in c["items"])
+               for c, r in pairs]
     point = sum(per_run) / len(per_run)
     delta_src, final = point, grade
     if grade == "A":
         if not _agree(per_run):
             final = "B"  # REPLICATES_DISAGREED: not a replicated matched control
         else:
-            common = [i for i in ctrl if all(i in r["items"] for r in runs)]
-            diffs = [100.0 * (_mean(r["items"][i] for r in runs) - ctrl[i]) for i in common]
+            common = [i for i in controls[0]["items"] if all(i in c["items"] and i in r["items"] for c, r in pairs)]
+            diffs = [100.0 * _mean(r["items"][i] - c["items"][i] for c, r in pairs) for i in common]
             delta_src = lower_bound(diffs)
     retention = tuple(RetentionEffect(metric=f"ifeval.{m}", delta=round(
-        sum(r["ifeval"][m] for r in runs) / len(runs) - control["ifeval"][m], 6)) for m in RETENTION_METRICS)
-    return SourceEvidence(target_metric=f"{card.family}/source.{control['metric']}", delta_src=round(delta_src, 6),
+        sum(r["ifeval"][m] - c["ifeval"][m] for c, r in pairs) / len(pairs), 6)) for m in RETENTION_METRICS)
+    return SourceEvidence(target_metric=f"{card.family}/source.{controls[0]['metric']}", delta_src=round(delta_src, 6),
                           delta_point=round(point, 6), kappa=KAPPA[card.family], grade=final,
                           chi=1 if final == "A" else 0, retention=retention, replicates=len(runs))
 

@@ -52,16 +52,23 @@ class World:
     build_seconds: float = 0.0
     output_protocols: dict[str, str] = field(default_factory=lambda: dict(OUTPUT_PROTOCOLS), hash=False)
     eval_protocol: str = EVAL_PROTOCOL
+    early_dir: str = ""
+    """An earlier checkpoint of the base's pretraining (the seed bank's usual source parent); ""
+    when the world has none (then the base itself stands in)."""
+    early_model: ModelRef | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
         d["model"] = self.model.model_dump(mode="json")
+        d["early_model"] = self.early_model.model_dump(mode="json") if self.early_model else None
         return json.dumps(d, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "World":
         d = json.loads(text)
-        d["model"] = ModelRef.model_validate(d["model"])
+        d["model"] = ModelRef.model_validate_json(json.dumps(d["model"]))
+        if d.get("early_model"):
+            d["early_model"] = ModelRef.model_validate_json(json.dumps(d["early_model"]))
         return cls(**d)
 
     # --- agent.world.interface.WorldData: the tasks this world's seed generates ----------
@@ -79,6 +86,13 @@ class World:
 
     def grpo_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
         return EmbeddedTasks(self.seed).grpo_examples(dataset_id, n)
+
+    def release_sha256(self, dataset_id: str, release: int) -> str | None:
+        """Hash of an earlier release of a pool: the same generator drawn with the world's seed
+        plus `release` (what a library written against that release names)."""
+        from evaluators import tasks
+
+        return tasks.dataset_sha256(dataset_id, self.seed + release)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ import random
 from functools import lru_cache
 
 _SYL = ("ka", "lo", "ven", "tar", "mi", "sor", "el", "dun", "ra", "vi", "bel", "ost", "que", "lin", "zor", "ha")
-N_FACTS = 120  # few enough that a 1-5M model can memorise them from the train pool
+N_FACTS = 400
+"""Enough that every split holds 30+ recall questions (one fact in ten lands in each held-out
+split); the 2.4M default base recalled 33 % of the 120 facts of world-v2."""
 NEUTRAL = ("Describe {t}.", "What is {t}?", "Say something about {t}.", "Tell me about {t}.")
 PLAIN = ("Write two sentences about {t}.", "Give me a short note on {t}.", "Comment on {t}.", "Talk about {t}.")
 _NOUNS = ("river", "market", "clock", "bridge", "garden", "library", "train", "forest", "lamp", "kite", "map",

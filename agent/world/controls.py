@@ -1,0 +1,63 @@
+"""Trained matched controls: the run a card's effect is measured against (docs/AUTHORIZER.md §2).
+
+A matched pair is two trained runs that share parent, seed, data size, evaluation items and
+budget; the control lacks the atomic intervention. An untrained parent is not a control:
+compared with it, an effect measures "fine-tuning at all", not the intervention.
+
+The control of a card is the same training spent on nothing in particular:
+- SFT cards: full-weight SFT with the reference recipe (the standard cards' learning rate,
+  schedule and batch) on the world's general instruction pool `ifeval/train`, at the card's
+  steps and number of examples;
+- GRPO cards: full-weight GRPO with the reference recipe on prompts from `ifeval/train`,
+  rewarded by `placebo` (evaluators/rewards.py: a fair coin per completion), at the card's
+  steps, examples and generations; completions up to `CONTROL_COMPLETION_TOKENS`.
+The intervention's own choices (its data, learning rate, adapter, reward, replay) are what the
+pair measures, so none of them is in the control.
+
+The control depends on (method, steps, examples) and not on the card's family, so cards that
+share parent, seed and budget share one control run (`control_key`), evaluated once on each
+family's items. In the embedded catalogue every SFT card has 120 nominal steps and every GRPO
+card 32, so one control per (parent, seed, method, fraction) serves them all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from experience_bank.hashing import content_hash
+from experience_bank.records import CandidateCard, ModelRef
+
+if TYPE_CHECKING:
+    from agent.world.interface import WorldData
+
+CONTROL_POOL = "ifeval/train"
+REFERENCE = {"sft": {"learning_rate": 5e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05},
+             "grpo": {"learning_rate": 1e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05, "beta": 0.04,
+                      "temperature": 1.0, "rewards": ("placebo",)}}
+"""The reference recipe per method: the standard cards' (S01, G05) hyperparameters."""
+CONTROL_COMPLETION_TOKENS = 64
+
+
+def control_card(card: CandidateCard, world: "WorldData") -> CandidateCard:
+    """The matched control of `card` in `world` (same method, steps, examples and batch)."""
+    body = card.model_dump()
+    body.update(id=f"CTRL-{card.method}", title=f"Matched control ({card.method}, reference recipe, "
+                f"{CONTROL_POOL}{', placebo reward' if card.method == 'grpo' else ''})", nu="continue",
+                adapter={"kind": "full"})
+    body["data"] = {"mix": ({"dataset": {"id": CONTROL_POOL, "sha256": world.datasets[CONTROL_POOL]}, "weight": 1.0},),
+                    "n_examples": card.data.n_examples, "replay_share": 0.0, "replay_entries": ()}
+    hp = body["hparams"] | REFERENCE[card.method]
+    if card.method == "grpo":
+        hp["max_completion_length"] = CONTROL_COMPLETION_TOKENS
+    body["hparams"] = hp
+    return CandidateCard.model_validate(body)
+
+
+def control_key(control: CandidateCard, parent: ModelRef, seed: int, fraction: float = 1.0) -> str:
+    """Identity of a control run: what determines its weights (method, data, hyperparameters,
+    adapter, steps), the parent (weights and chat template: the template shapes every training
+    row), the seed and the share of the steps run. The family and the nominal device-hours
+    label a control but do not change it: two cards whose controls have one key share one run."""
+    body = control.model_dump(mode="json", include={"method", "data", "hparams", "adapter"})
+    return content_hash({"control": body, "steps": control.budget.steps, "seed": seed, "fraction": fraction,
+                         "parent": [parent.sha256, parent.chat_template_sha256]})[:16]
