@@ -132,6 +132,17 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     R.run_table(out, cards, ports, str(base), 0, feats, controls=_controls(cards), parent=parent)
     assert len(ports.trained) == n
     assert R.freeze_features(out, [(c.id, feats[c.id]) for c in cards]) == sha
+    # the document: this table's numbers beside the paper's, from the files above
+    from agent.experiments.retro_summary import write_summary
+
+    (out / "ledger.json").write_text(json.dumps({"world": "fake-0", "seed": 0, "features_sha256": sha,
+                                                 "control": "fake control"}))
+    doc = write_summary(out)
+    md = (out / "retrospective.md").read_text()
+    assert doc["table"]["direction_counts"] == {"positive": 1, "neutral": 0, "negative": 1}
+    assert doc["compatibility_stage0"]["A"] == {"1": 3} and doc["compatibility_stage0"]["H"] == 0
+    assert "| finance | 1 | 0 | 0 |" in md and "| sql | 0 | 0 | 1 |" in md and "Failed: 1" not in md
+    assert "direction counts 11 / 3 / 10" in md  # the paper's, recomputed from the shipped cells
 
 
 def test_cli_needs_execute(capsys):

@@ -320,7 +320,7 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
                   ports: CellPorts | None = None, world: Any = None) -> dict[str, Any]:
     """Build (or resume) the table: freeze every cell's features, then run the cells. `world`: any
     agent.world.interface.WorldData (a local world); None: the embedded world of `size`."""
-    from agent.world.catalogue import catalogue  # noqa: PLC0415
+    from agent.world.catalogue import catalogue, catalogue_sha256  # noqa: PLC0415
     from agent.world.controls import control_card  # noqa: PLC0415
     from agent.world.seed_bank import seed_records  # noqa: PLC0415
     from agent.world.embedded import ensure_world  # noqa: PLC0415
@@ -334,9 +334,14 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
     (out / "ledger.json").write_text(json.dumps({
         "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "seed": seed,
+        "catalogue_sha256": catalogue_sha256(),
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": EVAL_N.get(world.size),
         "control": "trained matched control (agent/world/controls.py) at the same fraction"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
-    return run_table(out, cards, ports or WorldPorts(world), world.base_dir, seed, features, hashes,
-                     controls={c.id: control_card(c, world) for c in cards}, parent=world.model)
+    result = run_table(out, cards, ports or WorldPorts(world), world.base_dir, seed, features, hashes,
+                       controls={c.id: control_card(c, world) for c in cards}, parent=world.model)
+    from agent.experiments.retro_summary import write_summary  # noqa: PLC0415
+
+    write_summary(out)
+    return result

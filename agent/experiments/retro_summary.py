@@ -1,0 +1,102 @@
+"""The executed Retrospective-24 as a document: summary.json and summary.md beside the cells.
+
+Everything here is read back from the table's own files (ledger.json, features.jsonl,
+summary.json, and the audit ledger through policies.replay.replay_run), and set beside the
+paper's aggregates as the shipped replay recomputes them (`agent replay retrospective-24`).
+Nothing is computed twice: the diagnostics are retrospective.summarise_cells', the policy
+metrics policies.audit's, the compatibility counts policies.features.compatibility_summary's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from experience_bank.files import write_atomic
+
+
+def summary_doc(out: Path) -> dict[str, Any]:
+    """The whole summary of a table directory (audit included where its ledger verifies)."""
+    from experience_bank.records import Features  # noqa: PLC0415
+    from policies.features import compatibility_summary  # noqa: PLC0415
+    from policies.replay import replay_retrospective, replay_run  # noqa: PLC0415
+
+    ledger = json.loads((out / "ledger.json").read_text(encoding="utf-8"))
+    table = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    feats = [Features.model_validate_json(json.dumps(json.loads(line)["features"]))
+             for line in (out / "features.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    doc: dict[str, Any] = {"ledger": ledger, "compatibility_stage0": compatibility_summary(feats),
+                           "table": table["summary"], "failed": table["failed"]}
+    if (out / "decisions.jsonl").is_file():
+        doc["audit"] = replay_run(out)["audit"]
+    paper = replay_retrospective()
+    doc["paper"] = {"retrospective": paper["retrospective"], "shortfull": paper["shortfull"],
+                    "policies": paper["audit"]["policies"]}
+    return doc
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(ci) -> str:
+    return "n/a" if not ci else f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def summary_markdown(doc: dict[str, Any]) -> str:
+    led, t, comp = doc["ledger"], doc["table"], doc["compatibility_stage0"]
+    lines = [f"# Retrospective-24, executed on world {led['world']}", "",
+             f"Catalogue {led.get('catalogue_sha256', 'n/a')[:16]}, frozen features {led['features_sha256'][:16]}, "
+             f"seed {led['seed']}, effects = intervention minus trained matched control ({led['control']}).", "",
+             f"Cells done: {t.get('n_cells', 0)}; failed: {len(doc['failed'])}"
+             + (f" ({', '.join(doc['failed'])})" if doc["failed"] else "") + ".", "",
+             "## Compatibility at stage 0 (the 24 records against the base)", "",
+             "| | counts |", "|---|---|", f"| A | {comp['A']} |",
+             *[f"| {name} | {c} |" for name, c in comp["fields"].items()],
+             f"| H = 1 | {comp['H']} ({'; '.join(comp['conflicts']) or 'none'}) |", ""]
+    if not t:
+        return "\n".join(lines + ["(no finished cell yet)", ""])
+    sf = t["shortfull"]
+    lines += ["## Retrospective", "", f"Direction counts (positive / neutral / negative): "
+              f"{t['direction_counts']['positive']} / {t['direction_counts']['neutral']} / "
+              f"{t['direction_counts']['negative']}; retention-safe among improving: "
+              f"{t['retention_safe_among_improving']}; outcome classes {t['outcome_classes']}.", "",
+              "| family | up | flat | down |", "|---|---|---|---|",
+              *[f"| {f} | {c['up']} | {c['flat']} | {c['down']} |" for f, c in sorted(t["by_family"].items())], "",
+              "## ShortFull (20 % trial vs full run)", "",
+              f"Agreement {_pct(sf['agreement'])} % (Clopper-Pearson 95 % {_ci(sf['agreement_ci'])}); Spearman "
+              f"all {_num(sf['spearman'])}, SFT {_num(sf['spearman_sft'])}, GRPO {_num(sf['spearman_grpo'])}; "
+              f"confusion (Pass as a detector of beneficial) {sf['confusion']}; Pass precision "
+              f"{_pct(sf['pass_precision'])} %, recall {_pct(sf['pass_recall'])} %.", ""]
+    paper = doc["paper"]
+    lines += ["## Audit of every policy on these cells, beside the paper", "",
+              "| policy | HER % (95 % CI) | BCov % (95 % CI) | harmful share % | paper HER % | paper BCov % |",
+              "|---|---|---|---|---|---|"]
+    ours = (doc.get("audit") or {}).get("policies") or {}
+    for name, m in ours.items():
+        p = paper["policies"].get(name, {})
+        lines.append(f"| {name} | {_pct(m['her'])} {_ci(m['her_ci'])} | {_pct(m['bcov'])} {_ci(m['bcov_ci'])} | "
+                     f"{_pct(m['harmful_share'])} | {_pct(p.get('her'))} | {_pct(p.get('bcov'))} |")
+    if not ours:
+        lines.append("| (no audit: the table's decision ledger is missing or no cell has an outcome) | | | | | |")
+    psf, pr = paper["shortfull"], paper["retrospective"]
+    pdc = pr["direction_counts"]
+    lines += ["", "Paper (recomputed by `agent replay retrospective-24` from the shipped cells): direction counts "
+              f"{pdc['positive']} / {pdc['neutral']} / {pdc['negative']}, retention-safe among improving "
+              f"{pr['retention_safe_among_improving']}/{pr['improving']}; ShortFull agreement {_pct(psf['agreement'])} % "
+              f"{_ci(psf['agreement_ci'])}, Spearman all {_num(psf['spearman'])}, SFT {_num(psf['spearman_sft'])}, "
+              f"GRPO {_num(psf['spearman_grpo'])}; confusion {psf['confusion']}.", ""]
+    return "\n".join(lines)
+
+
+def write_summary(out: Path) -> dict[str, Any]:
+    """Write out/retrospective.json and out/retrospective.md; return the document."""
+    doc = summary_doc(out)
+    write_atomic(out / "retrospective.json", json.dumps(doc, indent=1, sort_keys=True, default=str))
+    write_atomic(out / "retrospective.md", summary_markdown(doc))
+    return doc
