@@ -6,8 +6,9 @@ compared with it, an effect measures "fine-tuning at all", not the intervention.
 
 The control of a card is the same training spent on nothing in particular:
 - SFT cards: full-weight SFT with the reference recipe (the standard cards' learning rate,
-  schedule and batch) on the world's general instruction pool `ifeval/train`, at the card's
-  steps and number of examples;
+  schedule and batch) on the general instruction pool `ifeval/train` (the embedded worlds'
+  own; a local world, whose upstream IFEval has no completions, takes the project's rows),
+  at the card's steps and number of examples;
 - GRPO cards: full-weight GRPO with the reference recipe on prompts from `ifeval/train`,
   rewarded by `placebo` (evaluators/rewards.py: a fair coin per completion), at the card's
   steps, examples and generations; completions up to `CONTROL_COMPLETION_TOKENS`.

@@ -25,6 +25,7 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash, sha256_text
 from experience_bank.records import ModelRef
 
+from agent.world.controls import CONTROL_POOL
 from agent.world.store import OUTPUT_PROTOCOLS, EmbeddedTasks, cache_root
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ class LocalWorld:
         return local.items(self.sources, task, split, n)
 
     def sft_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
+        if dataset_id == CONTROL_POOL:  # the project's rows, as captrack's probes are (see _describe)
+            return EmbeddedTasks(0).sft_examples(dataset_id, n)
         from evaluators.tasks import local
 
         return local.pool(self.sources, dataset_id, n)
@@ -158,6 +161,9 @@ def _describe(base_dir: str, sources, step_scale: float) -> LocalWorld:
     arch = json.loads((Path(base_dir) / "config.json").read_text())["model_type"]
     wsha = models.weights_sha256(base_dir)
     datasets = {ds: pool_sha256(local.pool(sources, ds)) for ds in local.DATASET_IDS}
+    # the matched controls' pool (agent/world/controls.py): upstream IFEval has no gold
+    # completions, so a local world takes the project's own instruction-following rows
+    datasets[CONTROL_POOL] = pool_sha256(EmbeddedTasks(0).sft_examples(CONTROL_POOL))
     suites = {t: {s: sha256_text("\n".join(canonical_json(x) for x in local.items(sources, t, s))) for s in SPLITS}
               for t in local.LOCAL_TASKS}
     rhash = content_hash({"format": LOCAL_FORMAT, "weights": wsha, "template": tsha, "datasets": datasets,

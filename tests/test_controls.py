@@ -1,0 +1,63 @@
+"""Trained matched controls: what they share with their cards, and when two cards share one."""
+
+from __future__ import annotations
+
+import itertools
+
+from agent.world.catalogue import catalogue
+from agent.world.controls import CONTROL_POOL, control_card, control_key
+from agent.world.seed_bank import source_card
+from bank_factory import sha
+from evaluators.rewards import placebo
+from experience_bank.records import ModelRef
+
+def fake_world():
+    from test_catalogue import fake_world as bare
+
+    w = bare()
+    w.datasets.update({d: sha(d) for d in (CONTROL_POOL, "finance/source/train", "sql/source/train",
+                                           "function/source/train")})
+    return w
+
+
+PARENT = ModelRef(id="p", sha256=sha("p"), arch="qwen3", chat_template_sha256=sha("t"))
+
+
+def test_a_control_keeps_the_budget_and_drops_the_intervention():
+    w = fake_world()
+    for card in catalogue(w):
+        ctrl = control_card(card, w)
+        assert (ctrl.method, ctrl.budget.steps, ctrl.data.n_examples, ctrl.hparams.batch_size) == (
+            card.method, card.budget.steps, card.data.n_examples, card.hparams.batch_size)
+        assert [m.dataset.id for m in ctrl.data.mix] == [CONTROL_POOL] and ctrl.data.replay_share == 0.0
+        assert ctrl.adapter.kind == "full"
+        assert ctrl.hparams.rewards == (("placebo",) if card.method == "grpo" else ())
+
+
+def test_controls_are_shared_where_and_only_where_the_match_keys_coincide():
+    w = fake_world()
+    cards = catalogue(w)
+    keys = {c.id: control_key(control_card(c, w), PARENT, 0) for c in cards}
+    # every SFT card of the catalogue has 120 nominal steps and every GRPO card 32: one control each
+    assert len({keys[c.id] for c in cards if c.method == "sft"}) == 1
+    assert len({keys[c.id] for c in cards if c.method == "grpo"}) == 1
+    assert len(set(keys.values())) == 2
+    ctrl = control_card(cards[0], w)
+    other_template = PARENT.model_copy(update={"chat_template_sha256": sha("t2")})
+    variants = [control_key(ctrl, PARENT, 0), control_key(ctrl, PARENT, 1), control_key(ctrl, PARENT, 0, 0.2),
+                control_key(ctrl, PARENT.model_copy(update={"sha256": sha("q")}), 0), control_key(ctrl, other_template, 0),
+                control_key(ctrl.model_copy(update={"budget": ctrl.budget.model_copy(update={"steps": 7})}), PARENT, 0),
+                control_key(control_card(source_card(cards[0], w, 0.25), w), PARENT, 0)]
+    assert len(set(variants)) == len(variants)  # seed, fraction, weights, template, steps: each makes a new run
+    # what labels a control without changing it does not split it
+    relabelled = ctrl.model_copy(update={"family": "sql", "budget": ctrl.budget.model_copy(update={"device_hours": 9.0})})
+    assert control_key(relabelled, PARENT, 0) == control_key(ctrl, PARENT, 0)
+
+
+def test_placebo_reward_is_a_deterministic_fair_coin():
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(400)]
+    completions = [[{"role": "assistant", "content": f"a{i}"}] for i in range(400)]
+    first, again = placebo(prompts, completions), placebo(prompts, completions)
+    assert first == again and set(first) == {0.0, 1.0}
+    assert 160 <= sum(first) <= 240  # about half, whatever the text says
+    assert all(len(set(placebo([p] * 2, [c, c]))) == 1 for p, c in itertools.islice(zip(prompts, completions), 5))
