@@ -160,3 +160,8 @@ def test_retrospective_two_cells_on_the_test_world(tmp_path):
         cell = json.loads(line)
         assert cell["outcome_class"] in ("beneficial", "harmful", "neutral")
         assert set(cell["short"]) == {"0.05", "0.10", "0.20"}
+        assert set(cell["control"]) == {"0.05", "0.10", "0.20", "1.00"}  # a trained control at every length
+    # both cells are SFT cards of one family: they share each control run (4 lengths)
+    assert len(list((tmp_path / "retro" / "controls").iterdir())) == 4
+    md = (tmp_path / "retro" / "retrospective.md").read_text()
+    assert "Retrospective-24, executed on world test-" in md and "| bcit |" in md

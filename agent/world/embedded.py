@@ -106,8 +106,8 @@ RECIPES: dict[str, Recipe] = {
     "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=512,
                       num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
                       max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 250, 250, 250, 1000, 10_000))),
-                      steps=1400, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000,
-                      early_step=700),
+                      steps=1600, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000,
+                      early_step=800),
 }
 
 
