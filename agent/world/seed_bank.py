@@ -349,9 +349,11 @@ def parent_ref(where: str, world: World, *, template_sha256: str = "", stage1_sh
 
 
 def templated(chat_template: str) -> str:
-    """The chat template with a default system message when the conversation has none."""
-    system = "{{ '<|im_start|>system\\n" + SOURCE_SYSTEM_PROMPT + "<|im_end|>\\n' }}"
-    return "{%- if messages[0]['role'] != 'system' %}" + system + "{%- endif %}" + chat_template
+    """The chat template with a default system message when the conversation has none (inserted
+    into `messages`, so the template renders it in its own format)."""
+    system = "{'role': 'system', 'content': '" + SOURCE_SYSTEM_PROMPT + "'}"
+    return ("{%- if messages[0]['role'] != 'system' %}{%- set messages = [" + system + "] + messages %}"
+            "{%- endif %}" + chat_template)
 
 
 def source_context(card: CandidateCard, world: World, parent: ModelRef, stage: int, step_scale: float) -> SourceContext:
