@@ -33,6 +33,17 @@ def test_episode_routes_every_action_and_outcome(tmp_path):
     assert (tmp_path / "captrack_heatmap.png").exists()
 
 
+def test_each_promotion_extends_the_current_parents_lineage(tmp_path):
+    final = run_fake(tmp_path)
+    ctxs = [json.loads(x)["inputs"]["context"] for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    chain = [(c["stage"], c["parent"]["sha256"], tuple(c["parent"].get("lineage", ()))) for c in ctxs]
+    parents = list(dict.fromkeys(sha for _, sha, _ in chain))  # in promotion order
+    assert [stage for stage, _, _ in chain] == [0, 0, 1, 1, 1, 2]
+    for stage, sha, lineage in chain:  # the authorizer saw every ancestor, oldest first
+        assert lineage == tuple(parents[:stage]) and sha == parents[stage]
+    assert final["lineage"] == parents  # after the third promotion: the three parents before it
+
+
 def test_ledger_matches_events_plus_shared_evaluations(tmp_path):
     run_fake(tmp_path)
     events, _, _ = _events(tmp_path)

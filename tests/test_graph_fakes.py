@@ -78,10 +78,11 @@ class FakePorts:
         self.run_dir = run_dir
 
     def model_ref(self, model_dir, sha256, lineage=()):
-        return ModelRef(id="fake/model", sha256=sha256, arch="qwen3", chat_template_sha256=bf.sha("tpl"))
+        return ModelRef(id="fake/model", sha256=sha256, arch="qwen3", chat_template_sha256=bf.sha("tpl"),
+                        lineage=tuple(lineage))
 
     def context(self, parent_dir, parent_sha, stage, lineage=()):
-        return CurrentContext(parent=self.model_ref(parent_dir, parent_sha), stage=stage, families=("sql",),
+        return CurrentContext(parent=self.model_ref(parent_dir, parent_sha, lineage), stage=stage, families=("sql",),
                               tasks={"sql": "sql/target"}, datasets={"sql/source/train": bf.sha("data")},
                               runtimes=("trl-sft",), eval_protocol="fake-eval", output_protocols={"sql": "sql"})
 
