@@ -94,7 +94,9 @@ class Recipe:
 # the base scored 0 on every target suite (it learned the formats, not the shift), which
 # leaves the gate nothing to protect there. ifeval/captrack train pools give it instruction
 # following to keep and something to forget; captrack/train is taken whole (a count above
-# its size takes all of it) so every taught fact and arithmetic drill is seen.
+# its size takes all of it) so every taught fact and arithmetic drill is seen. function/target
+# gets 500 rows: with 250 (and the 400-fact captrack pool) the base copied the query's numbers
+# wrongly and scored 0 of 48 on function/target's adoption split (world bf7cbc8577e2).
 _MIX = ("finance/source/train", "sql/source/train", "function/source/train",
         "finance/target/train", "sql/target/train", "function/target/train", "ifeval/train", "captrack/train")
 
@@ -105,7 +107,7 @@ RECIPES: dict[str, Recipe] = {
                    steps=150, batch_size=16, learning_rate=3e-3, tokenizer_rows=200, early_step=75),
     "default": Recipe(size="default", vocab_size=2048, hidden_size=192, intermediate_size=512,
                       num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
-                      max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 250, 250, 250, 1000, 10_000))),
+                      max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 250, 250, 500, 1000, 10_000))),
                       steps=1600, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000,
                       early_step=800),
 }
