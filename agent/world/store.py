@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from experience_bank.families import FAMILIES
 from experience_bank.records import ModelRef
 
 OUTPUT_PROTOCOLS = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
