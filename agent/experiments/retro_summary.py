@@ -48,16 +48,20 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+def _counts(c: dict[str, int]) -> str:
+    return ", ".join(f"{v} ×{n}" for v, n in c.items())
+
+
 def summary_markdown(doc: dict[str, Any]) -> str:
     led, t, comp = doc["ledger"], doc["table"], doc["compatibility_stage0"]
     lines = [f"# Retrospective-24, executed on world {led['world']}", "",
              f"Catalogue {led.get('catalogue_sha256', 'n/a')[:16]}, frozen features {led['features_sha256'][:16]}, "
-             f"seed {led['seed']}, effects = intervention minus trained matched control ({led['control']}).", "",
+             f"seed {led['seed']}. Effects are intervention minus control; the control: {led['control']}.", "",
              f"Cells done: {t.get('n_cells', 0)}; failed: {len(doc['failed'])}"
              + (f" ({', '.join(doc['failed'])})" if doc["failed"] else "") + ".", "",
              "## Compatibility at stage 0 (the 24 records against the base)", "",
-             "| | counts |", "|---|---|", f"| A | {comp['A']} |",
-             *[f"| {name} | {c} |" for name, c in comp["fields"].items()],
+             "| | counts |", "|---|---|", f"| A | {_counts(comp['A'])} |",
+             *[f"| {name} | {_counts(c)} |" for name, c in comp["fields"].items()],
              f"| H = 1 | {comp['H']} ({'; '.join(comp['conflicts']) or 'none'}) |", ""]
     if not t:
         return "\n".join(lines + ["(no finished cell yet)", ""])
