@@ -342,7 +342,8 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
             ctx.bank.stage_observation(ctx.episode_id, observed)
     ctx.audit.outcome(event, _card(ctx, state))
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
-            "stage": stage, "lineage": list(lineage), "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
+            "stage": stage, "lineage": list(lineage),
+            "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
             "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}
 
 
