@@ -3,7 +3,8 @@
 import pytest
 
 from agent.world.catalogue import card_by_id
-from agent.world.seed_bank import GRADE_PLAN, KAPPA, evidence_from, source_card
+from agent.world.seed_bank import GRADE_PLAN, KAPPA, evidence_from
+from agent.world.source_contexts import source_card
 from bank_factory import record
 from experience_bank.consolidate import merged_evidence
 from experience_bank.evidence import lower_bound
@@ -88,7 +89,7 @@ def test_each_replicate_is_paired_with_its_own_trained_control():
 
 def test_grade_plan_covers_the_catalogue_and_is_frozen():
     from agent.world.catalogue import card_ids
-    from agent.world.seed_bank import SOURCE_PARENT
+    from agent.world.source_contexts import SOURCE_PARENT
 
     assert set(GRADE_PLAN) == set(card_ids()) == set(SOURCE_PARENT)
     assert set(SOURCE_PARENT.values()) == {"base", "early", "early-template", "stage1"}
@@ -99,7 +100,8 @@ def test_grade_plan_covers_the_catalogue_and_is_frozen():
 def test_seed_bank_on_the_test_world(tmp_path, monkeypatch):
     import time
 
-    from agent.world.seed_bank import SOURCE_PARENT, build_seed_bank, seed_records, seed_dir
+    from agent.world.seed_bank import build_seed_bank, seed_dir, seed_records
+    from agent.world.source_contexts import SOURCE_PARENT
     from agent.world.embedded import ensure_world
     from experience_bank.bank import Bank
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import bank_factory as bf
 from agent.world.catalogue import catalogue
 from agent.world.interface import current_context
-from agent.world.seed_bank import (
+from agent.world.source_contexts import (
     DATA_RELEASE, SOURCE_PARENT, parent_ref, source_applicability, source_context, templated,
 )
 from experience_bank.hashing import sha256_text
