@@ -123,7 +123,7 @@ def shortfull(ids: list[str], methods: list[str], short: list[dict], full: list[
             "spearman": rho(list(range(n))), "spearman_sft": rho(by("sft")), "spearman_grpo": rho(by("grpo")),
             "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": n - tp - fp - fn},
             "pass_precision": tp / (tp + fp) if tp + fp else None, "pass_recall": tp / (tp + fn) if tp + fn else None,
-            "median_trial_cost_ratio": statistics.median(cost_ratios),
+            "median_trial_cost_ratio": statistics.median(cost_ratios) if cost_ratios else None,  # no costs recorded
             "budget_sensitivity": {b: None if agree(b) is None else agree(b) / n for b in BUDGETS},
             "sign_reversals": [i for i, s, f in zip(ids, s20, full) if direction(s, band) * direction(f, band) < 0]}
 

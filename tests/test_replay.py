@@ -76,3 +76,13 @@ def test_cli_json_and_out(tmp_path, capsys):
 
 def test_replay_of_a_missing_run_is_bad_input(tmp_path):
     assert main(["replay", str(tmp_path / "nope")]) == 2
+
+
+def test_shortfull_without_recorded_costs_leaves_the_cost_ratio_undefined():
+    # cells whose outcome records carry no device-hours (the executed retrospective's) still summarise
+    from policies.replay import shortfull
+
+    short = [{"0.05": 1.0, "0.10": 2.0, "0.20": d} for d in (2.0, -3.0, 0.0)]
+    out = shortfull(["A", "B", "C"], ["sft", "sft", "grpo"], short, [3.0, -2.0, 0.5], ["pass", "fail", "inconclusive"],
+                    [True, False, False], [], 1.0)
+    assert out["median_trial_cost_ratio"] is None and out["agreement_count"] == 3 and out["confusion"]["tp"] == 1
