@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from agent.world.catalogue import catalogue
-from agent.world.controls import CONTROL_POOL, control_card, control_key
+from agent.world.controls import CONTROL_POOL, control_card, control_examples, control_key, is_control
 from agent.world.source_contexts import source_card
 from bank_factory import sha
 from evaluators.rewards import placebo
@@ -61,3 +61,22 @@ def test_placebo_reward_is_a_deterministic_fair_coin():
     assert first == again and set(first) == {0.0, 1.0}
     assert 160 <= sum(first) <= 240  # about half, whatever the text says
     assert all(len(set(placebo([p] * 2, [c, c]))) == 1 for p, c in itertools.islice(zip(prompts, completions), 5))
+
+
+def test_an_sft_control_learns_the_parents_own_answers_and_a_grpo_control_its_prompts():
+    w = fake_world()
+    sft, grpo = (next(c for c in catalogue(w) if c.method == m) for m in ("sft", "grpo"))
+    asked = []
+
+    def parent(prompts):  # the generator boundary: what the frozen parent would answer
+        asked.extend(prompts)
+        return [f"parent says {i}" for i in range(len(prompts))]
+
+    rows = control_examples(control_card(sft, w), w, 0, parent)
+    assert len(rows) == sft.data.n_examples == len(asked)
+    assert [r["completion"][0]["content"] for r in rows[:2]] == ["parent says 0", "parent says 1"]
+    assert all(r["prompt"] == p for r, p in zip(rows, asked))  # the pool's prompts, none of its gold answers
+    asked.clear()
+    g = control_examples(control_card(grpo, w), w, 0, parent)
+    assert asked == [] and len(g) == grpo.data.n_examples and all("completion" not in r for r in g)
+    assert is_control(control_card(sft, w)) and not is_control(sft)

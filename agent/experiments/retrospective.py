@@ -299,9 +299,12 @@ class WorldPorts:
 
     def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
         import trainers  # noqa: PLC0415
+        from agent.world.controls import control_examples, is_control  # noqa: PLC0415
         from agent.world.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
 
-        rows = card_examples(card, self.world, seed, generate=parent_generator(parent_dir, seed=seed))
+        generate = parent_generator(parent_dir, seed=seed)
+        rows = (control_examples(card, self.world, seed, generate) if is_control(card)
+                else card_examples(card, self.world, seed, generate=generate))
         result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
                                 run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
                                 reward_funcs=card_rewards(card))

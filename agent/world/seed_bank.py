@@ -50,7 +50,7 @@ from experience_bank.records import (
 )
 
 from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.controls import control_card, control_key
+from agent.world.controls import control_card, control_examples, control_key
 from agent.world.source_contexts import (
     DATA_RELEASE, SOURCE_PARENT, SOURCE_SYSTEM_PROMPT, parent_ref, source_applicability, source_card,
     source_context, templated,
@@ -100,7 +100,8 @@ def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
 
     return content_hash({"world": world.recipe_sha256, "catalogue": catalogue_sha256(), "grades": GRADE_PLAN,
                          "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
-                         "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS],
+                         "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS,
+                                     controls.CONTROL_TARGETS],
                          "kappa": KAPPA, "seeds": REPLICATE_SEEDS,
                          "size": SEED_SIZES[world.size].__dict__, "cards": sorted(card_ids)})
 
@@ -207,7 +208,7 @@ class _Runner:
         once per family; returns its evaluation name and summary."""
         import trainers
 
-        from agent.world.examples import card_examples, card_rewards
+        from agent.world.examples import card_rewards, parent_generator
 
         # the control of the source run: its steps and examples, the reference recipe, no intervention
         ctrl = control_card(source_card(card, self.world, self.size.step_scale), self.world)
@@ -219,8 +220,8 @@ class _Runner:
         if out.exists():
             return name, json.loads(out.read_text())
         run = self.root / "runs" / key  # kept: the next family's cards are evaluated on it too
-        trainers.train(ctrl, parent_dir, card_examples(ctrl, self.world, seed), out_dir=str(run), run_key=key,
-                       seed=seed, reward_funcs=card_rewards(ctrl))
+        rows = control_examples(ctrl, self.world, seed, parent_generator(parent_dir, seed=seed))
+        trainers.train(ctrl, parent_dir, rows, out_dir=str(run), run_key=key, seed=seed, reward_funcs=card_rewards(ctrl))
         return name, self.evaluate(str(run), name, card.family)
 
     def evaluate(self, model_dir: str, name: str, family: str, sample: str = "full") -> dict:
