@@ -1,6 +1,6 @@
 """L(0)'s source contexts differ from the current one as data: asserted from compiled features.
 
-The records here are assembled by the seed bank's own functions (parent_ref, source_context,
+The records here are assembled by agent/world/source_contexts.py's own functions (parent_ref, source_context,
 source_applicability) from the frozen plan; only the evidence numbers are fixed test values, and
 no feature below reads them (S does, A and H do not)."""
 
