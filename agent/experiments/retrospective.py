@@ -182,8 +182,12 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
     """Short runs, the full run and their matched controls for one candidate; cached step by step."""
     from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415
 
+    controls: dict[str, dict[str, float]] = {}  # fraction -> the matched control's scores
+
     def ctrl(fraction: float, split: str) -> dict[str, float]:
-        return control_scores(ports, control, parent, parent_dir, fraction, seed, card.family, split, controls_dir)
+        controls[f"{fraction:.2f}"] = control_scores(ports, control, parent, parent_dir, fraction, seed, card.family,
+                                                     split, controls_dir)
+        return controls[f"{fraction:.2f}"]
 
     short = {}
     for f in FRACTIONS:
@@ -198,7 +202,6 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
                          TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=IFEVAL_DROP_PP),
                          train_failures=t["sanity_failures"])
     cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
-    controls = {f"{f:.2f}": ctrl(f, "validation") for f in FRACTIONS} | {"1.00": ctrl(1.0, "adoption")}
     return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
             "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
 
