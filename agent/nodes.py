@@ -60,20 +60,33 @@ def _spent(ctx: Ctx) -> float:
     return round(ctx.ledger.spent(ctx.episode_id), 9)
 
 
+ENDPOINT_SPLIT = "test"
+"""The held-out split the episode's final parent is scored on once, at the end (the gate reads
+adoption, so an endpoint there would be optimistic)."""
+
+
+def _endpoint_reserve(ctx: Ctx) -> float:
+    """Device-hours kept back for the final parent's test evaluation until it is charged."""
+    paid = ctx.ledger.get(ctx.episode_id, f"endpoint:{ENDPOINT_SPLIT}") is not None
+    return 0.0 if paid else ctx.cost.estimate_eval(1)
+
+
 def _fits(ctx: Ctx, estimate_h: float) -> bool:
-    return ctx.ledger.can_afford(ctx.episode_id, _budget(ctx), estimate_h)
+    """Whether a run fits the budget with the endpoint's evaluation still paid for."""
+    return ctx.ledger.can_afford(ctx.episode_id, _budget(ctx), estimate_h + _endpoint_reserve(ctx))
 
 
-def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str) -> dict[str, SuiteResult]:
-    """Evaluate a model on a split once per episode (stored and charged under its hash)."""
+def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str, key: str = "") -> dict[str, SuiteResult]:
+    """Evaluate a model on a split once per episode (stored and charged under its hash, or `key`)."""
     rd = ctx.rundir
     if not rd.has_evaluation(model_sha, split):
         start = time.monotonic()
         results = ctx.ports.evaluate(model_dir, split, str(rd.eval_dir(model_sha, split)))
         rd.write_evaluation(model_sha, split, results, time.monotonic() - start)
     wall = rd.eval_wall(model_sha, split)
-    ctx.ledger.charge(ctx.episode_id, f"eval:{model_sha}:{split}", kind="eval", device_hours=ctx.cost.eval_charge(1, wall),
-                      wall_seconds=wall, devices=ctx.cost.devices, detail=f"evaluate {model_sha[:12]} on {split}")
+    ctx.ledger.charge(ctx.episode_id, key or f"eval:{model_sha}:{split}", kind="eval",
+                      device_hours=ctx.cost.eval_charge(1, wall), wall_seconds=wall, devices=ctx.cost.devices,
+                      detail=f"evaluate {model_sha[:12]} on {split}")
     return rd.evaluation(model_sha, split)
 
 
@@ -133,7 +146,7 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
 
 
 def after_select(state: State) -> str:
-    return "consolidate" if state.get("stop_reason") else "authorize"
+    return "endpoint" if state.get("stop_reason") else "authorize"
 
 
 # --- authorize ---------------------------------------------------------------------------
@@ -345,6 +358,14 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
             "stage": stage, "lineage": list(lineage),
             "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
             "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}
+
+
+def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
+    """Score the final parent once on the held-out test split (charged like any evaluation;
+    `_fits` kept its cost back, so it always fits)."""
+    ctx = runtime.context
+    _evaluation(ctx, state["parent_dir"], state["parent_sha"], ENDPOINT_SPLIT, key=f"endpoint:{ENDPOINT_SPLIT}")
+    return {"spent_h": _spent(ctx), "node": "endpoint"}
 
 
 def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:

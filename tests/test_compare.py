@@ -15,8 +15,10 @@ def _ep(policy, seed, sql, fin=None, traj=None, **kw):
     endpoint = {"sql": sql} | ({"finance": fin} if fin is not None else {})
     fams = sorted(endpoint)
     return {"policy": policy, "seed": seed, "status": "done", "families": fams, "budget_h": 10.0,
-            "endpoint": endpoint, "initial": {f: 40.0 for f in fams},
+            "endpoint": endpoint, "endpoint_adoption": {f: v + 1.0 for f, v in endpoint.items()},
+            "initial": {f: 40.0 for f in fams},
             "ifeval": {"ifeval.prompt_strict": 70.0, "ifeval.inst_strict": 80.0},
+            "ifeval_adoption": {"ifeval.prompt_strict": 69.0, "ifeval.inst_strict": 80.0},
             "ifeval_initial": {"ifeval.prompt_strict": 71.0, "ifeval.inst_strict": 80.0},
             "promotions": kw.get("promotions", 1), "authorizations": kw.get("authorizations", 2),
             "decisions": 3, "wasted_h": kw.get("wasted_h", 1.0), "spent_h": 5.0,
@@ -42,7 +44,9 @@ def test_summarise_hand_checked():
     a = s["policies"]["a"]
     assert a["n"] == 3 and a["endpoint_mean"] == pytest.approx(44.0) and a["endpoint_sd"] == pytest.approx(2.0)
     assert a["promotions"] == 3 and a["authorizations"] == 6 and a["promotion_rate"] == 0.5
-    assert a["ifeval_drop_vs_initial"]["ifeval.prompt_strict"] == pytest.approx(-1.0)
+    assert a["endpoint_adoption_mean"] == pytest.approx(45.0)
+    # read on adoption, where the initial parent was scored too: 69 - 71
+    assert a["ifeval_drop_vs_initial"]["ifeval.prompt_strict"] == pytest.approx(-2.0)
     pair = s["pairs"]["a_vs_b"]["endpoint"]
     assert pair["diffs"] == [2.0, 3.0, 4.0] and pair["mean_diff"] == pytest.approx(3.0)
     # all three differences positive: 2 of 2^3 sign assignments are as extreme -> p = 0.25
@@ -91,6 +95,9 @@ for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
     ife = ife.model_copy(update={"metrics": {"prompt_strict": 70.0, "inst_strict": 80.0}})
     RunDir(run_dir).write_evaluation(sha, "adoption", {"sql/target": _suite("sql/target", "exec_acc", v, sha, "adoption"),
                                                        "ifeval": ife}, 1.0)
+    # the endpoint: held-out test scores, here half a point under adoption
+    RunDir(run_dir).write_evaluation(sha, "test", {"sql/target": _suite("sql/target", "exec_acc", v - 0.5, sha, "test"),
+                                                   "ifeval": ife}, 1.0)
 from experience_bank.bank import Bank
 from experience_bank.records import Event
 def ev(seq, card, action, outcome, cost):
@@ -136,7 +143,8 @@ def test_runner_isolates_a_failing_job_and_resumes(tmp_path):
     summary = C.compare(out, ["good", "meh", "broken"], [0, 1], n_jobs=2, argv_for=argv_for)
     assert [(f["policy"], f["seed"]) for f in summary["failed"]] == [("broken", 0), ("broken", 1)]
     good = summary["policies"]["good"]
-    assert good["n"] == 2 and good["endpoint_mean"] == pytest.approx(44.5)
+    assert good["n"] == 2 and good["endpoint_mean"] == pytest.approx(44.0)
+    assert good["endpoint_adoption_mean"] == pytest.approx(44.5)  # kept beside: the split the gate read
     assert good["wasted_h"] == 3.0 and good["promotions"] == 2 and good["authorizations"] == 4
     # AUC: 40 for the first 3 h, 40 until 5 h (rollback), then 40 + gain for the remaining 5 h
     assert good["trajectory_auc"] == pytest.approx((40 * 5 + 44.5 * 5) / 10)

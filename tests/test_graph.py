@@ -99,3 +99,26 @@ def test_checkpoint_state_is_plain_json(tmp_path):
         cp = serde.loads_typed((type_, blob))
         json.dumps(cp["channel_values"])  # ids and scalars only
     assert not conn.execute("SELECT 1 FROM writes WHERE type = 'pickle'").fetchall()
+
+
+def test_the_final_parent_is_scored_once_on_the_test_split_and_charged(tmp_path):
+    final = run_fake(tmp_path)
+    rows = {r["key"]: r for r in ledger_rows(tmp_path)}
+    from agent.rundir import RunDir
+
+    assert RunDir(tmp_path).has_evaluation(final["parent_sha"], "test")
+    test_evals = [k for k in rows if k.endswith(":test")]
+    assert test_evals == ["endpoint:test"] and rows["endpoint:test"]["h"] == 0.25  # the config's eval_device_hours
+    # no other model was scored on the test split
+    assert sorted(p.name for p in (tmp_path / "evals").iterdir() if p.name.endswith("-test")) == [
+        f"{final['parent_sha'][:16]}-test"]
+
+
+def test_the_endpoint_evaluation_is_kept_back_from_the_budget(tmp_path):
+    """At every budget the endpoint still fits: runs stop where they would eat its share."""
+    for budget in (0.6, 0.9, 2.0, 3.0, 3.5, 5.0):  # without the reserve 2.0 would end at 2.2
+        run_dir = tmp_path / f"b{budget}"
+        run_fake(run_dir, budget_h=budget)
+        rows = ledger_rows(run_dir)
+        assert any(r["key"] == "endpoint:test" for r in rows)
+        assert sum(r["h"] for r in rows) <= budget + 1e-9, budget

@@ -14,9 +14,10 @@ Three layers, so the statistics are testable without running a model:
   (its own run directory, bank file and log; a failed job is recorded and reported, never
   retried silently, and it cannot touch another job's files).
 
-What "endpoint" means here: the final parent's scores on the *adoption* split, the split
-the gate read (the loop evaluates no other split of promoted models). Out of scope: a
-held-out test-split evaluation of the final parent (not recorded by `agent run`).
+What "endpoint" means here: the final parent's scores on the held-out *test* split, which
+`agent run` evaluates once at the end of every episode (agent.nodes.endpoint; no gate or
+policy read it). The adoption-split figure, which the gate selected on and so is optimistic,
+is kept beside it (`endpoint_adoption`).
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "
 # --- reading one episode -------------------------------------------------------------------
 
 
-def _adoption_metrics(run: RunDir, sha: str) -> dict[str, float]:
-    """Flat `suite.metric` values of one model's adoption evaluation ({} when not recorded)."""
-    if not run.has_evaluation(sha, "adoption"):
+def _adoption_metrics(run: RunDir, sha: str, split: str = "adoption") -> dict[str, float]:
+    """Flat `suite.metric` values of one model's evaluation on a split ({} when not recorded)."""
+    if not run.has_evaluation(sha, split):
         return {}
-    return {f"{s}.{k}": v for s, r in run.evaluation(sha, "adoption").items() for k, v in r.metrics.items()
+    return {f"{s}.{k}": v for s, r in run.evaluation(sha, split).items() for k, v in r.metrics.items()
             if v is not None}
 
 
@@ -84,19 +85,26 @@ def read_episode(run_dir: Path) -> dict[str, Any]:
     manifest = run.manifest()
     events = sorted(_events(manifest), key=lambda e: e["seq"])
     parent = _adoption_metrics(run, manifest.initial.sha256)
-    initial = dict(parent)
+    initial, final_sha = dict(parent), manifest.initial.sha256
     hours, trajectory = 0.0, [[0.0, _targets(parent)]]
     for e in events:
         hours += e["cost_device_hours"]
         if e["outcome"] == "promoted":
-            parent = _adoption_metrics(run, run.verdict(e["decision"]["decision_hash"]).child_sha256)
+            final_sha = run.verdict(e["decision"]["decision_hash"]).child_sha256
+            parent = _adoption_metrics(run, final_sha)
         trajectory.append([round(hours, 9), _targets(parent)])
+    from agent.nodes import ENDPOINT_SPLIT  # noqa: PLC0415 (the loop owns which split the endpoint is)
+
+    test = _adoption_metrics(run, final_sha, ENDPOINT_SPLIT)
+    if not test:
+        raise ValueError(f"{run_dir}: the final parent {final_sha[:12]} has no {ENDPOINT_SPLIT}-split evaluation "
+                         "(an episode finished before the endpoint existed): run it again")
     return {
         "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
         "families": sorted(_targets(initial)),
         "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
-        "endpoint": _targets(parent), "initial": _targets(initial),
-        "ifeval": {k: parent.get(k) for k in IFEVAL_METRICS},
+        "endpoint": _targets(test), "endpoint_adoption": _targets(parent), "initial": _targets(initial),
+        "ifeval": {k: test.get(k) for k in IFEVAL_METRICS}, "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
         "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
         "promotions": sum(e["outcome"] == "promoted" for e in events),
         "authorizations": sum(_authorized(e) for e in events),
@@ -120,9 +128,10 @@ def _sd(xs: list[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def endpoint_mean(ep: dict) -> float | None:
-    """Mean over the target capabilities of the final parent (None if any is missing)."""
-    vals = [ep["endpoint"].get(f) for f in ep["families"]]
+def endpoint_mean(ep: dict, field: str = "endpoint") -> float | None:
+    """Mean over the target capabilities of the final parent on the test split (`field`
+    "endpoint_adoption": on the adoption split); None if any is missing."""
+    vals = [ep[field].get(f) for f in ep["families"]]
     return None if not vals or None in vals else sum(vals) / len(vals)
 
 
@@ -145,10 +154,14 @@ def _policy_summary(eps: list[dict], families: list[str]) -> dict[str, Any]:
     return {
         "n": len(eps), "seeds": [e["seed"] for e in eps],
         "endpoint_mean": _mean(endpoints), "endpoint_sd": _sd(endpoints),
+        "endpoint_adoption_mean": _mean(col(lambda e: endpoint_mean(e, "endpoint_adoption"))),
         "per_capability": {f: _mean(col(lambda e, f=f: e["endpoint"].get(f))) for f in families},
         "ifeval": {k: _mean(col(lambda e, k=k: e["ifeval"].get(k))) for k in IFEVAL_METRICS},
-        "ifeval_drop_vs_initial": {k: _mean(col(lambda e, k=k: None if None in (e["ifeval"].get(k), e["ifeval_initial"].get(k))
-                                                 else e["ifeval"][k] - e["ifeval_initial"][k])) for k in IFEVAL_METRICS},
+        # the initial parent is scored on adoption only, so the change is read there
+        "ifeval_drop_vs_initial": {k: _mean(col(lambda e, k=k: None if None in (e["ifeval_adoption"].get(k),
+                                                                                 e["ifeval_initial"].get(k))
+                                                 else e["ifeval_adoption"][k] - e["ifeval_initial"][k]))
+                                   for k in IFEVAL_METRICS},
         "promotions": sum(e["promotions"] for e in eps), "authorizations": sum(e["authorizations"] for e in eps),
         "promotion_rate": (sum(e["promotions"] for e in eps) / sum(e["authorizations"] for e in eps)
                            if sum(e["authorizations"] for e in eps) else None),
@@ -182,6 +195,7 @@ def summarise(episodes: list[dict]) -> dict[str, Any]:
     families = sorted({f for e in ok for f in e["families"]})
     by_seed = {p: {e["seed"]: e for e in ok if e["policy"] == p} for p in policies}
     pairs = {f"{a}_vs_{b}": {"endpoint": _pair(a, b, by_seed, endpoint_mean),
+                             "endpoint_adoption": _pair(a, b, by_seed, lambda e: endpoint_mean(e, "endpoint_adoption")),
                              "trajectory_auc": _pair(a, b, by_seed, trajectory_auc),
                              "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
              for a, b in itertools.combinations(policies, 2)}
@@ -305,25 +319,30 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fams, ifk = summary["families"], list(IFEVAL_METRICS)
     lines = ["# Paired policy comparison", "",
              f"Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
-             f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the adoption split, mean over "
-             f"the target capabilities {fams}.", "",
+             f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "
+             f"over the target capabilities {fams}; 'adoption' = the same on the split the gate selected on "
+             "(optimistic). IFEval at the end is on the test split; AUC follows the adoption split.", "",
              f"Pairing (manifest values equal across policies per seed: {', '.join(PAIRING_KEYS)}): "
              f"**{'ok' if summary['pairing']['paired'] else 'MISMATCH'}**", "", "## Per policy", "",
-             _row(["policy", "n", "endpoint", "sd"] + fams + ifk + ["promoted/authorized", "AUC", "wasted h", "spent h"]),
-             "|" + "---|" * (8 + len(fams) + len(ifk))]
+             _row(["policy", "n", "endpoint (test)", "sd", "adoption"] + fams + ifk
+                  + ["promoted/authorized", "AUC", "wasted h", "spent h"]),
+             "|" + "---|" * (9 + len(fams) + len(ifk))]
     for p, s in summary["policies"].items():
-        lines.append(_row([p, s["n"], s["endpoint_mean"], s["endpoint_sd"]] + [s["per_capability"][f] for f in fams]
+        lines.append(_row([p, s["n"], s["endpoint_mean"], s["endpoint_sd"], s["endpoint_adoption_mean"]]
+                          + [s["per_capability"][f] for f in fams]
                           + [s["ifeval"][k] for k in ifk] + [f"{s['promotions']}/{s['authorizations']}",
                                                              s["trajectory_auc"], s["wasted_h"], s["spent_h"]]))
-    lines += ["", "IFEval change vs the initial parent (pp, mean over seeds): "
+    lines += ["", "IFEval change vs the initial parent (pp, mean over seeds, adoption split): "
               + "; ".join(f"{p} " + "/".join(_f(s["ifeval_drop_vs_initial"][k]) for k in ifk)
                           for p, s in summary["policies"].items()), "",
               "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n)", "",
-              _row(["pair", "n", "endpoint diff", "95% CI", "p", "AUC diff", "AUC p", "wasted h diff"]), "|" + "---|" * 8]
+              _row(["pair", "n", "endpoint diff", "95% CI", "p", "adoption diff", "AUC diff", "AUC p", "wasted h diff",
+                    "wasted h CI"]), "|" + "---|" * 10]
     for name, pr in summary["pairs"].items():
         e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
-        lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4), a["mean_diff"],
-                           _f(a["sign_flip_p"], 4), w["mean_diff"]]))
+        lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
+                           pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
+                           w["ci95"]]))
     if summary["failed"]:
         lines += ["", "## Failed episodes (excluded from the statistics)", ""]
         lines += [f"- {f['policy']} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
