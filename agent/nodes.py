@@ -26,6 +26,7 @@ from experience_bank.families import target_metric
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import CandidateCard, Decision, Event, parse_model
+from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
@@ -79,14 +80,16 @@ def _fits(ctx: Ctx, estimate_h: float) -> bool:
 def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str, key: str = "") -> dict[str, SuiteResult]:
     """Evaluate a model on a split once per episode (stored and charged under its hash, or `key`)."""
     rd = ctx.rundir
+    out = rd.eval_dir(model_sha, split)
     if not rd.has_evaluation(model_sha, split):
         start = time.monotonic()
-        results = ctx.ports.evaluate(model_dir, split, str(rd.eval_dir(model_sha, split)))
-        rd.write_evaluation(model_sha, split, results, time.monotonic() - start)
+        results = ctx.ports.evaluate(model_dir, split, str(out))
+        served = provenance(out)  # the run cache's wall-clock: what it cost when it ran
+        rd.write_evaluation(model_sha, split, results, served["wall_seconds"] if served else time.monotonic() - start)
     wall = rd.eval_wall(model_sha, split)
     ctx.ledger.charge(ctx.episode_id, key or f"eval:{model_sha}:{split}", kind="eval",
                       device_hours=ctx.cost.eval_charge(1, wall), wall_seconds=wall, devices=ctx.cost.devices,
-                      detail=f"evaluate {model_sha[:12]} on {split}")
+                      detail=f"evaluate {model_sha[:12]} on {split}", cached=was_cached(out))
     return rd.evaluation(model_sha, split)
 
 
@@ -213,7 +216,8 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
     result = once(ctx.rundir.trial_file(dh), lambda: ctx.ports.trial(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "trial")), f"{ctx.episode_id}:{dh[:16]}:trial",
         _measure(ctx, card, parent_val, initial_val)), TrialResult)
-    ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost)
+    ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
+                          cached=was_cached(result.train.checkpoint))
     return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
 
 
@@ -242,7 +246,7 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
-    ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost)
+    ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost, cached=was_cached(result.checkpoint))
     return {"train_status": "done", "spent_h": _spent(ctx), "node": "train"}
 
 

@@ -24,8 +24,11 @@ class WorldPorts:
     def __init__(self, world: Any, cfg: RunConfig, allow: Any, manifest: Manifest):
         from agent.world.store import RUNTIMES, SUITES
 
+        from experience_bank.runcache import from_env
+
         self.world, self.cfg, self.allow, self.manifest = world, cfg, allow, manifest
         self.suites, self.runtimes = tuple(SUITES), tuple(RUNTIMES)
+        self.cache = from_env()  # None under --no-cache (AGENT_NO_CACHE)
 
     # --- contexts and the executability filter ---------------------------------------
     def model_ref(self, model_dir: str, sha256: str, lineage: tuple[str, ...] = ()) -> ModelRef:
@@ -68,7 +71,8 @@ class WorldPorts:
         # items come from the world's split (embedded or local), whatever the run seed
         items = {s: self.world.items(s, split, self.cfg.suite_n(s)) for s in self.suites}
         return evaluate(model_dir, self.suites, split, out_dir=out_dir, backend=self.cfg.backend,
-                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n, seed=self.world.seed, items=items)
+                        batch_size=self.cfg.eval_batch_size, n=self.cfg.eval_n, seed=self.world.seed, items=items,
+                        cache=self.cache)
 
     def _examples(self, card: CandidateCard, parent_dir: str) -> list[dict]:
         gen = parent_generator(parent_dir, backend=self.cfg.backend, batch_size=self.cfg.eval_batch_size,
@@ -88,14 +92,16 @@ class WorldPorts:
                                      retention_drop_pp=m.gate.ifeval_max_drop_pp)
         return trial(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
                      measure=measure, thresholds=thresholds, fraction=m.trial.fraction,
-                     reward_funcs=card_rewards(card), seed=self.cfg.seed, launch=self._launch())
+                     reward_funcs=card_rewards(card), seed=self.cfg.seed, threads=self.cfg.torch_threads,
+                     launch=self._launch(), cache=self.cache)
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from) -> TrainResult:
         import trainers
 
         return trainers.train(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
                               fraction=1.0, reward_funcs=card_rewards(card), resume_from=resume_from,
-                              seed=self.cfg.seed, threads=self.cfg.torch_threads, launch=self._launch())
+                              seed=self.cfg.seed, threads=self.cfg.torch_threads, launch=self._launch(),
+                              cache=self.cache)
 
     def _launch(self):
         """None for a local run; `launcher: accelerate` launches every run (trainers/launch.py)."""

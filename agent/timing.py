@@ -23,9 +23,10 @@ _SLACK_S = 1e-6  # float noise when the charged spans fill the whole episode
 
 
 def _charged(charges: list[dict]) -> dict[str, list[float]]:
-    """Wall seconds per part; a kind the ledger does not write, or a bad number, is BadInput."""
+    """Wall seconds per part; a kind the ledger does not write, or a bad number, is BadInput.
+    A charge the run cache served spent its seconds elsewhere: it is left out here."""
     spans: dict[str, list[float]] = {part: [] for part in PARTS.values()}
-    for row in charges:
+    for row in (r for r in charges if not r.get("cached")):
         kind, wall = row.get("kind"), row.get("wall_seconds")
         if kind not in PARTS:
             raise BadInput(f"ledger row {row.get('key')!r} has kind {kind!r}: expected one of {', '.join(PARTS)}")
@@ -50,7 +51,9 @@ def time_breakdown(charges: list[dict], episode_wall_s: float) -> dict:
              for name, v in spans.items()}
     control = max(episode_wall_s - charged, 0.0)
     parts["control_plane"] = {"seconds": control, "share": control / episode_wall_s, "n": 0}
+    served = [float(r.get("wall_seconds") or 0.0) for r in charges if r.get("cached")]
     return {"episode_wall_s": float(episode_wall_s), "parts": parts,
+            "cache": {"hits": len(served), "of": len(charges), "saved_s": math.fsum(served)},
             "control_plane_within_goal": control / episode_wall_s < CONTROL_PLANE_GOAL}
 
 

@@ -6,6 +6,11 @@ Layout under out_dir, per suite (`sql/target` -> `sql_target`):
     <name>.<split>.identity.json      EvalIdentity
     <name>.<split>.result.json        SuiteResult
 `seed` fixes the world's items and the generation seed alike.
+
+With a run cache (experience_bank.runcache), an evaluation whose key (`evaluation_key`: each
+suite's EvalIdentity, i.e. weights, chat template, items, scorer, backend, batch, tokens and
+seed, plus the evaluator's code and library versions) is stored is served from it, files and
+results alike; a served model (an endpoint by name) is never cached.
 """
 
 from __future__ import annotations
@@ -42,10 +47,48 @@ def _identity(suite, split, items, model_sha, template_sha, backend, batch_size,
                         batch_size=batch_size, max_new_tokens=max_new, seed=seed)
 
 
+_CODE_FILES = ("evaluators", "experience_bank/results.py")
+"""What the evaluator version hashes: this package (tasks, generation, scorers) and its records."""
+
+
+def evaluation_key(model_dir, suites, split: str, *, backend: str, batch_size: int, n: int | None, seed: int,
+                   items: dict[str, list[dict]] | None) -> dict | None:
+    """The run cache's key of one evaluate() call, or None when it must not be cached."""
+    if backend not in ("transformers", "vllm"):
+        return None  # a served model can change behind its name
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+    from experience_bank.runcache import source_version  # noqa: PLC0415
+
+    model_sha, template_sha = models.identity(model_dir)
+    idents = []
+    for suite in suites:
+        its = (items or {}).get(suite) or tasks.items(suite, split, seed, n)
+        idents.append(_identity(suite, split, its, model_sha, template_sha, backend, batch_size,
+                                MAX_NEW_TOKENS[suite.split("/")[0]], seed).model_dump(mode="json"))
+    return {"kind": "eval", "suites": idents, "code": source_version(_CODE_FILES),
+            "libraries": {"torch": torch.__version__, "transformers": transformers.__version__}}
+
+
+def _dump(results: dict[str, SuiteResult]) -> str:
+    return canonical_json({k: v.model_dump(mode="json") for k, v in results.items()})
+
+
+def _load(text: str, _dest: Path) -> dict[str, SuiteResult]:
+    return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
+
+
 def evaluate(model_dir, suites: list[str] | tuple[str, ...], split: str, *, out_dir, backend: str = "transformers",
              batch_size: int = 16, n: int | None = None, seed: int = 0,
-             items: dict[str, list[dict]] | None = None) -> dict[str, SuiteResult]:
-    """Scores of one model on each suite's split; `items` overrides the generated items (real data)."""
+             items: dict[str, list[dict]] | None = None, cache=None) -> dict[str, SuiteResult]:
+    """Scores of one model on each suite's split; `items` overrides the generated items (real data);
+    `cache` (experience_bank.runcache.RunCache) serves an evaluation of the same content."""
+    key = None if cache is None else evaluation_key(model_dir, suites, split, backend=backend, batch_size=batch_size,
+                                                    n=n, seed=seed, items=items)
+    if key is not None:
+        return cache.run(key, out_dir, lambda: evaluate(model_dir, suites, split, out_dir=out_dir, backend=backend,
+                                                        batch_size=batch_size, n=n, seed=seed, items=items),
+                         dump=_dump, load=_load)
     out_dir = Path(out_dir)
     model, model_sha, template_sha = _model(model_dir, backend)
     results = {}

@@ -43,6 +43,15 @@ def chat_template_sha256(tokenizer) -> str:
     return sha256_text(tokenizer.chat_template or "")
 
 
+def identity(model_dir: str | Path) -> tuple[str, str]:
+    """(weights sha256, chat-template sha256) without loading the weights (a run-cache lookup)."""
+    path = check_dir(model_dir)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoTokenizer
+
+    return weights_sha256(path), chat_template_sha256(AutoTokenizer.from_pretrained(path, local_files_only=True))
+
+
 def load(model_dir: str | Path, dtype: str = "float32", device: str | None = None):
     """(model, tokenizer) in eval mode on `device` (default: cuda when present, else cpu); the
     tokenizer pads on the left for batched generation."""

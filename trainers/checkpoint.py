@@ -48,6 +48,18 @@ def weights_sha256(model_dir: str | os.PathLike) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
+_IDENTITY_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt")
+
+
+def model_identity(model_dir: str | os.PathLike) -> dict[str, str]:
+    """The weights hash and the hashes of the files that shape how they are used (config,
+    tokenizer, chat template): what a run from this model depends on."""
+    root = Path(model_dir)
+    return {"weights": weights_sha256(root)} | {name: file_sha256(str(root / name)) for name in _IDENTITY_FILES
+                                                if (root / name).is_file()}
+
+
 def read_result(out_dir: str | os.PathLike) -> TrainResult | None:
     """The published result of a run directory, or None when nothing is published there."""
     path = Path(out_dir) / RESULT_FILE

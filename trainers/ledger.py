@@ -114,7 +114,9 @@ class CostModel:
 
 
 _SCHEMA = {"episode_id": str, "key": str, "kind": str, "device_hours": float, "wall_seconds": float,
-           "devices": int, "detail": str, "created_at": float}
+           "devices": int, "detail": str, "created_at": float, "cached": int}
+"""`cached` = 1: the run cache served this charge's work; it is charged at the cost it had when it
+ran (nominal, or its stored wall-clock), so a budget buys the same decisions with or without it."""
 
 
 class Ledger:
@@ -127,14 +129,16 @@ class Ledger:
             for op in ("UPDATE", "DELETE"):
                 self.db.execute(f"CREATE TRIGGER charges_no_{op.lower()} BEFORE {op} ON charges "
                                 f"BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
+        elif "cached" not in self.db["charges"].columns_dict:  # a ledger written before the run cache
+            self.db["charges"].add_column("cached", int, not_null_default=0)
 
     def charge(self, episode_id: str, key: str, *, kind: str, device_hours: float, wall_seconds: float,
-               devices: int = 1, detail: str = "") -> dict:
+               devices: int = 1, detail: str = "", cached: bool = False) -> dict:
         """Record a charge once; a repeat of the same (episode_id, key) returns the first."""
         if not (math.isfinite(device_hours) and device_hours >= 0 and math.isfinite(wall_seconds) and wall_seconds >= 0):
             raise BadInput(f"charge {key}: device_hours and wall_seconds must be finite and >= 0")
         row = dict(episode_id=episode_id, key=key, kind=kind, device_hours=device_hours, wall_seconds=wall_seconds,
-                   devices=devices, detail=detail, created_at=time.time())
+                   devices=devices, detail=detail, created_at=time.time(), cached=int(cached))
         self.db["charges"].insert(row, ignore=True)  # INSERT OR IGNORE: the trigger never sees an update
         return self.get(episode_id, key)
 
@@ -161,9 +165,10 @@ class Ledger:
         if self.get(episode_id, key) is None and not self.can_afford(episode_id, budget, device_hours):
             raise BudgetExceeded(episode_id, key, device_hours, self.remaining(episode_id, budget))
 
-    def charge_run(self, episode_id: str, key: str, card: CandidateCard, result: TrainResult, cost: CostModel) -> dict:
-        """Charge a finished run or trial under the cost model."""
+    def charge_run(self, episode_id: str, key: str, card: CandidateCard, result: TrainResult, cost: CostModel,
+                   cached: bool = False) -> dict:
+        """Charge a finished run or trial under the cost model (`cached`: the run cache served it)."""
         kind = "trial" if result.never_promotable else "train"
         detail = f"{card.id} steps={result.steps_run}/{card.budget.steps} fraction={result.fraction:g} cost={cost.kind}"
         return self.charge(episode_id, key, kind=kind, device_hours=cost.run_charge(card, result),
-                           wall_seconds=result.wall_seconds, devices=cost.devices, detail=detail)
+                           wall_seconds=result.wall_seconds, devices=cost.devices, detail=detail, cached=cached)

@@ -14,6 +14,11 @@ Crash safety. Trainer checkpoints land every `save_steps` in `<out_dir>.work/`; 
 with the same run_key resumes from the newest complete one. The child is written to a
 temporary sibling and renamed to out_dir, so out_dir exists only when complete, and a
 re-run with the same run_key returns the published result without training.
+
+Caching. With a `cache` (experience_bank.runcache.RunCache), a run whose content key
+(`run_cache_key`: parent weights, card, examples, fraction, seed, continued trial, threads,
+launch, trainer code and library versions) is stored is served from it: its files are
+copied into out_dir and its result re-anchored there, with this run's run_key.
 """
 
 from __future__ import annotations
@@ -183,22 +188,80 @@ def _save_child(trainer, tokenizer, card: CandidateCard, stage: Path) -> str | N
     return adapter_dir
 
 
+_CODE_FILES = ("trainers", "experience_bank/records.py", "experience_bank/results.py")
+"""What the trainer version hashes: this package and the records it reads and writes."""
+
+
+def _libraries() -> dict[str, str]:
+    import accelerate
+    import peft
+    import transformers
+    import trl
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+            "peft": peft.__version__, "accelerate": accelerate.__version__}
+
+
+def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, fraction: float,
+                  reward_funcs: Mapping[str, Callable] | None, resume_from: str | None, seed: int,
+                  threads: int | None, launch) -> dict:
+    """Everything a run's result depends on (the run cache's key; the run key is not in it:
+    it names the request, not its content)."""
+    from experience_bank.hashing import content_hash
+    from experience_bank.runcache import source_version
+
+    prefix = None
+    if resume_from is not None:
+        state = ckpt.resolve_state_dir(resume_from)
+        prefix = {"weights": ckpt.weights_sha256(resume_from),
+                  "state": content_hash(json.loads((state / "trainer_state.json").read_text()))}
+    return {"kind": "train", "card": card.content_hash(), "parent": ckpt.model_identity(parent_dir),
+            "examples": content_hash(list(examples)), "fraction": float(fraction), "seed": seed,
+            "rewards": sorted(reward_funcs or {}), "prefix": prefix,
+            "threads": threads or torch.get_num_threads(),
+            "launch": None if launch is None else {k: str(v) for k, v in sorted(vars(launch).items())},
+            "code": source_version(_CODE_FILES), "libraries": _libraries()}
+
+
+def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> TrainResult:
+    """A stored result, re-anchored to the directory it was served into and this request's key."""
+    stored = TrainResult.model_validate_json(text)
+    adapter = Path(stored.adapter_dir).relative_to(stored.checkpoint) if stored.adapter_dir else None
+    result = stored.model_copy(update={"checkpoint": str(out), "adapter_dir": str(out / adapter) if adapter else None,
+                                       "run_key": run_key, "resumed_from": str(resume_from) if resume_from else None})
+    if ckpt.weights_sha256(out) != result.checkpoint_sha256:
+        raise BadInput(f"run cache served {out} with weights that do not match its result: run `agent cache gc --all`")
+    (out / ckpt.RESULT_FILE).write_text(result.model_dump_json(indent=2))
+    shutil.rmtree(out.with_name(out.name + ".work"), ignore_errors=True)  # a crashed attempt's checkpoints
+    return result
+
+
 def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
           fraction: float = 1.0, reward_funcs: Mapping[str, Callable] | None = None, resume_from: str | None = None,
           seed: int = 0, threads: int | None = None, progress: Progress | None = None,
-          launch=None) -> TrainResult:
-    """Run (or resume, or return the finished) TRL run of `card` from `parent_dir`.
+          launch=None, cache=None) -> TrainResult:
+    """Run (or resume, or return the finished, or serve the cached) TRL run of `card` from `parent_dir`.
 
     A failed sanity check does not raise: it is recorded in `result.sanity` (hard failure).
     `launch` (a trainers.launch.LaunchSpec): run it under `accelerate launch` instead, in
     processes that call this function (with their own reward functions, by name).
+    `cache` (experience_bank.runcache.RunCache): serve a run of the same content from it.
     """
+    out = Path(out_dir).resolve()
+    if threads:  # before the cache: a served run leaves the process as a trained one would
+        torch.set_num_threads(threads)
+    if cache is not None and ckpt.read_result(out) is None:
+        key = run_cache_key(card, parent_dir, examples, fraction=fraction, reward_funcs=reward_funcs,
+                            resume_from=resume_from, seed=seed, threads=threads, launch=launch)
+        return cache.run(key, out, lambda: train(card, parent_dir, examples, out_dir=out_dir, run_key=run_key,
+                                                 fraction=fraction, reward_funcs=reward_funcs, resume_from=resume_from,
+                                                 seed=seed, threads=threads, progress=progress, launch=launch),
+                         dump=lambda r: r.model_dump_json(), load=lambda text, d: _served(text, d, run_key, resume_from))
     if launch is not None:
         from trainers.launch import train_launched
 
         return train_launched(card, parent_dir, examples, out_dir=out_dir, run_key=run_key, fraction=fraction,
                               resume_from=resume_from, seed=seed, threads=threads, spec=launch)
-    out = Path(out_dir).resolve()
     done = ckpt.read_result(out)
     if done is not None:
         if done.run_key != run_key:
@@ -206,8 +269,6 @@ def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
         return done
     _validate(card, parent_dir, examples, reward_funcs)
     schedule, stop_at = plan_steps(card, fraction)
-    if threads:
-        torch.set_num_threads(threads)
     work = _work_dir(out, run_key)
     start, _ = _start_state(work, resume_from, schedule)
     resumed_step = json.loads((start / "trainer_state.json").read_text())["global_step"] if start else 0

@@ -70,8 +70,10 @@ def verdict(delta_val: float, retention_deltas: Mapping[str, float], hard_failur
 
 def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
           measure: Measure, thresholds: TrialThresholds, fraction: float = MAX_TRIAL_FRACTION,
-          reward_funcs: Mapping[str, Callable] | None = None, seed: int = 0, launch=None) -> TrialResult:
-    """Train the trial prefix, measure it, and return its verdict (idempotent on run_key)."""
+          reward_funcs: Mapping[str, Callable] | None = None, seed: int = 0, threads: int | None = None, launch=None,
+          cache=None) -> TrialResult:
+    """Train the trial prefix, measure it, and return its verdict (idempotent on run_key;
+    `cache`: the prefix may be served from the run cache, the measurement always runs)."""
     if card.nu == "none":
         raise BadInput(f"card {card.id} has nu = none: no faithful short run exists; route it to Reject or Train")
     trial_steps(card, fraction)  # refuses a fraction above 20% and a share under one step
@@ -81,7 +83,7 @@ def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
         if done.train.run_key == run_key:
             return done
     run: TrainResult = train(card, parent_dir, examples, out_dir=out_dir, run_key=run_key, fraction=fraction,
-                             reward_funcs=reward_funcs, seed=seed, launch=launch)
+                             reward_funcs=reward_funcs, seed=seed, threads=threads, launch=launch, cache=cache)
     delta_val, retention, hard = measure(run.checkpoint)
     label, reasons = verdict(delta_val, retention, hard, thresholds, failed_checks(run))
     result = TrialResult(verdict=label, delta_val=float(delta_val), retention_deltas={k: float(v) for k, v in retention.items()},

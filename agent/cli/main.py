@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "agent.cli.run",       # run
     "agent.cli.measure",   # compare, retrospective
     "agent.cli.runs",      # runs ls
+    "agent.cli.cache",     # cache ls, cache gc
 )
 
 # The example shown by `--help` of a command whose module gives none of its own (every

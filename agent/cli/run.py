@@ -31,10 +31,14 @@ def register(sub) -> None:
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs folder>/mlflow.db)")
     p.add_argument("--no-tracking", dest="tracking", action="store_false", default=None,
                    help="do not mirror the episode into MLflow")
+    p.add_argument("--no-cache", dest="no_cache", action="store_true",
+                   help="run every trial, full run and evaluation even when the run cache holds it")
     p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args) -> int:
+    import os
+
     from agent.config import FLAG_KEYS, build_config
     from agent.inputs import check_out_dir
     from agent.episode import run_episode
@@ -42,6 +46,8 @@ def cmd_run(args) -> int:
     cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
     if cfg.out and not args.resume:
         check_out_dir(cfg.out)
+    if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)
+        os.environ["AGENT_NO_CACHE"] = "1"
     final = run_episode(cfg, resume=args.resume)
     print(f"episode {final.get('episode_id')}: stopped ({final.get('stop_reason')}), {final.get('stage', 0)} "
           f"promotion(s), {final.get('spent_h', 0.0):.3f} device-hours, library version "

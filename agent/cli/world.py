@@ -36,6 +36,8 @@ def register(sub) -> None:
                                                    "default: the config's bank)")
     seed.add_argument("--cards", default=None, help="comma-separated card ids (default: the whole catalogue)")
     seed.add_argument("--threads", type=int, default=None, help="torch threads (use 1 when other jobs share the CPU)")
+    seed.add_argument("--no-cache", dest="no_cache", action="store_true",
+                      help="train and evaluate every run even when the run cache holds it")
     seed.set_defaults(func=cmd_seed_bank)
 
 
@@ -59,6 +61,10 @@ def cmd_seed_bank(args) -> int:
 
     from experience_bank.errors import BadInput
 
+    if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)
+        import os
+
+        os.environ["AGENT_NO_CACHE"] = "1"
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()
     if args.config:  # the world the config names (embedded or local: agent.world.interface)

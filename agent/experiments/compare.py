@@ -110,8 +110,26 @@ def read_episode(run_dir: Path) -> dict[str, Any]:
         "authorizations": sum(_authorized(e) for e in events),
         "decisions": len(events),
         "wasted_h": round(sum(e["cost_device_hours"] for e in events if e["outcome"] != "promoted"), 9),
-        "spent_h": round(hours, 9), "trajectory": trajectory,
+        "spent_h": round(hours, 9), "trajectory": trajectory, "cache": _cache_use(run, manifest.episode_id),
     }
+
+
+def _cache_use(run: RunDir, episode_id: str) -> dict[str, Any]:
+    """Charges the run cache served (of all the episode's charges) and the wall-clock they had
+    cost when they ran: the seconds this episode did not spend."""
+    from trainers.ledger import Ledger  # noqa: PLC0415
+
+    rows = Ledger(str(run.ledger_file)).charges(episode_id) if run.ledger_file.is_file() else []
+    served = [r for r in rows if r.get("cached")]
+    return {"hits": len(served), "charges": len(rows), "saved_s": round(sum(r["wall_seconds"] for r in served), 3)}
+
+
+def cache_summary(episodes: list[dict]) -> dict[str, Any]:
+    """Hit ratio and wall-clock saved over the finished episodes."""
+    uses = [e["cache"] for e in episodes if e.get("status") == "done" and "cache" in e]
+    hits, charges = sum(u["hits"] for u in uses), sum(u["charges"] for u in uses)
+    return {"hits": hits, "charges": charges, "hit_ratio": hits / charges if charges else None,
+            "saved_s": round(sum(u["saved_s"] for u in uses), 3)}
 
 
 # --- pure aggregation ------------------------------------------------------------------------
@@ -200,7 +218,8 @@ def summarise(episodes: list[dict]) -> dict[str, Any]:
                              "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
              for a, b in itertools.combinations(policies, 2)}
     return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
-            "pairs": pairs, "families": families, "failed": failed, "pairing": pairing_check(ok)}
+            "pairs": pairs, "families": families, "failed": failed, "pairing": pairing_check(ok),
+            "cache": cache_summary(ok)}
 
 
 def pairing_check(episodes: list[dict]) -> dict[str, Any]:
@@ -315,6 +334,14 @@ def _row(cells: list[Any]) -> str:
     return "| " + " | ".join(_f(c) for c in cells) + " |"
 
 
+def _cache_line(cache: dict[str, Any] | None) -> str:
+    if not cache or not cache["charges"]:
+        return "Run cache: no charges recorded."
+    return (f"Run cache: {cache['hits']} of {cache['charges']} charges served from it (hit ratio "
+            f"{cache['hit_ratio']:.1%}), {cache['saved_s']:.0f} s of wall-clock not spent again; every charge is "
+            "still paid at its nominal cost, so the decisions are those of an uncached run.")
+
+
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fams, ifk = summary["families"], list(IFEVAL_METRICS)
     lines = ["# Paired policy comparison", "",
@@ -322,6 +349,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
              f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "
              f"over the target capabilities {fams}; 'adoption' = the same on the split the gate selected on "
              "(optimistic). IFEval at the end is on the test split; AUC follows the adoption split.", "",
+             _cache_line(summary.get("cache")), "",
              f"Pairing (manifest values equal across policies per seed: {', '.join(PAIRING_KEYS)}): "
              f"**{'ok' if summary['pairing']['paired'] else 'MISMATCH'}**", "", "## Per policy", "",
              _row(["policy", "n", "endpoint (test)", "sd", "adoption"] + fams + ifk

@@ -280,8 +280,11 @@ class WorldPorts:
     """Real runs: trainers.train and evaluators.evaluate on the embedded world."""
 
     def __init__(self, world: Any):
+        from experience_bank.runcache import from_env  # noqa: PLC0415
+
         self.world = world
         self.sizes = EVAL_N[world.size]
+        self.cache = from_env()  # shared with episodes and the seed bank; None under --no-cache
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
         from evaluators import evaluate  # noqa: PLC0415
@@ -290,9 +293,9 @@ class WorldPorts:
 
         w, (n, n_ifeval) = self.world, self.sizes[split]
         target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n,
-                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, n))
+                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, n), cache=self.cache)
         ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval,
-                       seed=w.seed, items=suite_items(w, ["ifeval"], split, n_ifeval))["ifeval"]
+                       seed=w.seed, items=suite_items(w, ["ifeval"], split, n_ifeval), cache=self.cache)["ifeval"]
         key = PRIMARY_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
@@ -310,7 +313,7 @@ class WorldPorts:
                 else card_examples(card, self.world, seed, generate=generate))
         result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
                                 run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
-                                reward_funcs=card_rewards(card))
+                                reward_funcs=card_rewards(card), cache=self.cache)
         return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
                 "sanity_failures": [s.name for s in result.sanity if not s.ok]}
 

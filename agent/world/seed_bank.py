@@ -169,6 +169,9 @@ class _Runner:
         self.root = seed_dir(world)
         self.cards = {c.id: c for c in catalogue(world)}
         self.pairs, self.control_runs = 0, set()
+        from experience_bank.runcache import from_env
+
+        self.cache = from_env()  # the retrospective's and the episodes' runs of the same content are reused
 
     def tick(self, what: str) -> None:
         self.done += 1
@@ -221,7 +224,8 @@ class _Runner:
             return name, json.loads(out.read_text())
         run = self.root / "runs" / key  # kept: the next family's cards are evaluated on it too
         rows = control_examples(ctrl, self.world, seed, parent_generator(parent_dir, seed=seed))
-        trainers.train(ctrl, parent_dir, rows, out_dir=str(run), run_key=key, seed=seed, reward_funcs=card_rewards(ctrl))
+        trainers.train(ctrl, parent_dir, rows, out_dir=str(run), run_key=key, seed=seed, reward_funcs=card_rewards(ctrl),
+                       cache=self.cache)
         return name, self.evaluate(str(run), name, card.family)
 
     def evaluate(self, model_dir: str, name: str, family: str, sample: str = "full") -> dict:
@@ -236,9 +240,9 @@ class _Runner:
 
         n, r = self.size.eval_n, self.size.retention_n
         results = evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
-                           items=suite_items(self.world, [f"{family}/source"], "validation", n))
+                           items=suite_items(self.world, [f"{family}/source"], "validation", n), cache=self.cache)
         results |= evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=r,
-                            items=suite_items(self.world, ["ifeval"], "validation", r))
+                            items=suite_items(self.world, ["ifeval"], "validation", r), cache=self.cache)
         src = results[f"{family}/source"]
         data = {"items": _item_scores(src), "metric": _primary(src), "ifeval": _retention(results["ifeval"]),
                 "generations": {k: v.generations_sha256 for k, v in sorted(results.items())},
@@ -262,7 +266,7 @@ class _Runner:
         out = self.root / "runs" / key
         rows = card_examples(src, self.world, seed, generate=parent_generator(parent_dir, seed=seed))
         result = trainers.train(src, parent_dir, rows, out_dir=str(out), run_key=key, seed=seed,
-                                reward_funcs=card_rewards(src))
+                                reward_funcs=card_rewards(src), cache=self.cache)
         # A run that fails a sanity check (e.g. GRPO with zero reward variance on a weak parent)
         # is still an observation: its child is evaluated like any other and the failed checks
         # are kept in the evaluation summary, never hidden and never turned into a made-up score.

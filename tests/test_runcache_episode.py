@@ -1,0 +1,51 @@
+"""The run cache saves wall-clock, not accounting: on the test-size world an episode's decisions,
+events, ledger charges and report are the same with the cache off, cold and warm."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.cli.main import main
+from experience_bank.bank import Bank
+from test_run_e2e import CONFIG, crafted_bank
+from trainers.ledger import Ledger
+
+TIMING = ("wall_seconds", "created_at", "cached")  # the only columns allowed to differ
+
+
+def _episode(root: Path, bank0: Path) -> dict:
+    root.mkdir()
+    shutil.copy(bank0, root / "bank.sqlite")  # every variant starts from the same library
+    run_dir = root / "runs" / "ep"  # the same episode id in every variant
+    assert main(["run", "--config", CONFIG, "--bank", str(root / "bank.sqlite"), "--out", str(run_dir),
+                 "--episode-budget", "12gpuh", "--quiet", "--no-tracking"]) == 0
+    with Bank.open(root / "bank.sqlite") as bank:
+        events = [{k: v for k, v in e.model_dump(mode="json").items() if k != "wall_seconds"} for e in bank.events("ep")]
+    rows = Ledger(str(run_dir / "ledger.sqlite")).charges("ep")
+    return {"events": events, "ledger": [{k: v for k, v in r.items() if k not in TIMING} for r in rows],
+            "served": [r["key"] for r in rows if r["cached"]], "rows": rows,
+            "decisions": (run_dir / "decisions.jsonl").read_text(), "report": (run_dir / "report.md").read_text()}
+
+
+@pytest.mark.slow
+def test_an_episode_is_the_same_with_the_cache_off_cold_and_warm(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bank0 = tmp_path / "bank0.sqlite"
+    crafted_bank(bank0)
+    monkeypatch.setenv("AGENT_RUN_CACHE", str(tmp_path / "cache"))
+    off = _episode(tmp_path / "off", bank0)  # AGENT_NO_CACHE=1 (tests/conftest.py)
+    monkeypatch.delenv("AGENT_NO_CACHE")
+    cold = _episode(tmp_path / "cold", bank0)
+    warm = _episode(tmp_path / "warm", bank0)
+    for part in ("events", "ledger", "decisions", "report"):
+        assert off[part] == cold[part] == warm[part], part
+    assert off["served"] == cold["served"] == []
+    # warm: every trial, full run and evaluation came from the cache, at the cost it had when it ran
+    assert warm["served"] == [r["key"] for r in warm["rows"]] and len(warm["served"]) >= 5
+    kinds = {r["kind"] for r in warm["rows"]}
+    assert {"trial", "train", "eval"} <= kinds
+    assert [r["wall_seconds"] for r in warm["rows"] if r["kind"] != "eval"] == [
+        r["wall_seconds"] for r in cold["rows"] if r["kind"] != "eval"]
