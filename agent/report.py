@@ -99,6 +99,17 @@ def trajectory(rd: RunDir, manifest: dict, events: list[Event]) -> tuple[list[st
     return ["model"] + cols, [[label] + [flat.get(c) for c in cols] for label, flat in rows]
 
 
+def endpoint_rows(rd: RunDir, final_sha: str) -> list[list[Any]]:
+    """Every metric of the final parent on the held-out test split (agent.nodes.endpoint), with
+    its adoption value beside it (the split the gate selected on)."""
+    from agent.nodes import ENDPOINT_SPLIT  # noqa: PLC0415
+
+    test = _results(rd, final_sha, ENDPOINT_SPLIT) or {}
+    adoption = _results(rd, final_sha, "adoption") or {}
+    return [[suite, metric, value, adoption[suite].metrics.get(metric) if suite in adoption else None, len(r.items)]
+            for suite, r in sorted(test.items()) for metric, value in sorted(r.metrics.items())]
+
+
 def ifeval_points(events: list[Event]) -> list[dict[str, Any]]:
     """Each child the gate judged: its IFEval strict accuracies and its outcome."""
     points = []
@@ -229,6 +240,11 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     fid = [[e.candidate_id, e.fidelity["trial_delta_val"], e.fidelity["full_delta_adoption"]] for e in events if e.fidelity]
     out.append(Section("Trial fidelity (trial vs full run, where both ran)", [
         Table(["candidate", "trial Δval pp", "full Δadoption pp"], fid) if fid else "(no candidate ran both)"]))
+    ends = endpoint_rows(rd, state.get("parent_sha") or manifest["initial"]["sha256"])
+    out.append(Section("Endpoint: the final parent on the held-out test split", [
+        "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",
+        Table(["suite", "metric", "test", "adoption", "test items"], ends, id="endpoint") if ends
+        else "(no test-split evaluation: an episode from before the endpoint existed)"]))
     header, rows = trajectory(rd, manifest, events)
     out.append(Section("Trajectory of every suite across promotions (adoption split)", [
         Figure("trajectories", trajectory_chart(header, rows), "Primary metric of each suite (and IFEval prompt "

@@ -85,3 +85,15 @@ def test_compatibility_of_the_library_with_each_parent(run_dir):
         for counts in (a, parent, data):  # every record is counted once in each distribution
             assert sum(int(c.split("×")[1]) for c in counts.split(", ")) == int(n) > 0
         assert 0 <= int(h) <= int(n)
+
+
+def test_the_endpoint_section_lists_the_final_parents_test_scores(run_dir):
+    import json
+
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    body = re.search(r'<table id="endpoint">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    cells = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", body)]
+    final = [p for p in (run_dir / "evals").iterdir() if p.name.endswith("-test")]
+    (stored,) = [json.loads((p / "results.json").read_text()) for p in final]
+    assert [(c[0], c[1], float(c[2])) for c in cells] == sorted(
+        (suite, m, v) for suite, r in stored.items() for m, v in r["metrics"].items())

@@ -16,11 +16,12 @@ from trainers.ledger import Ledger
 TIMING = ("wall_seconds", "created_at", "cached")  # the only columns allowed to differ
 
 
-def _episode(root: Path, bank0: Path) -> dict:
+def _episode(root: Path, bank0: Path, monkeypatch) -> dict:
     root.mkdir()
     shutil.copy(bank0, root / "bank.sqlite")  # every variant starts from the same library
+    monkeypatch.chdir(root)  # relative paths: the manifests (which name the bank) are then equal too
     run_dir = root / "runs" / "ep"  # the same episode id in every variant
-    assert main(["run", "--config", CONFIG, "--bank", str(root / "bank.sqlite"), "--out", str(run_dir),
+    assert main(["run", "--config", CONFIG, "--bank", "bank.sqlite", "--out", "runs/ep",
                  "--episode-budget", "12gpuh", "--quiet", "--no-tracking"]) == 0
     with Bank.open(root / "bank.sqlite") as bank:
         events = [{k: v for k, v in e.model_dump(mode="json").items() if k != "wall_seconds"} for e in bank.events("ep")]
@@ -32,14 +33,13 @@ def _episode(root: Path, bank0: Path) -> dict:
 
 @pytest.mark.slow
 def test_an_episode_is_the_same_with_the_cache_off_cold_and_warm(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
     bank0 = tmp_path / "bank0.sqlite"
     crafted_bank(bank0)
     monkeypatch.setenv("AGENT_RUN_CACHE", str(tmp_path / "cache"))
-    off = _episode(tmp_path / "off", bank0)  # AGENT_NO_CACHE=1 (tests/conftest.py)
+    off = _episode(tmp_path / "off", bank0, monkeypatch)  # AGENT_NO_CACHE=1 (tests/conftest.py)
     monkeypatch.delenv("AGENT_NO_CACHE")
-    cold = _episode(tmp_path / "cold", bank0)
-    warm = _episode(tmp_path / "warm", bank0)
+    cold = _episode(tmp_path / "cold", bank0, monkeypatch)
+    warm = _episode(tmp_path / "warm", bank0, monkeypatch)
     for part in ("events", "ledger", "decisions", "report"):
         assert off[part] == cold[part] == warm[part], part
     assert off["served"] == cold["served"] == []
