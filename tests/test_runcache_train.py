@@ -51,6 +51,10 @@ def test_the_key_names_what_a_run_depends_on(tmp_path, parent):
     assert changed(seed=1) and changed(fraction=0.2) and changed(threads=2) and changed(rows_=sft_examples(31))
     assert changed(card_=card("sft", steps=13))
     assert not changed()
+    # a reward-driven run's code version covers its reward functions' package (evaluators/) too
+    rewarded = run_cache_key(c, str(parent), rows, fraction=1.0, reward_funcs={"numeric_match": len},
+                             resume_from=None, seed=0, threads=1, launch=None)
+    assert rewarded["code"] != key["code"] and rewarded["rewards"] == ["numeric_match"]
 
 
 def test_an_evaluation_is_served_with_its_files_and_results(tmp_path):

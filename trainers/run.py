@@ -220,7 +220,8 @@ def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict]
             "rewards": sorted(reward_funcs or {}), "prefix": prefix,
             "threads": threads or torch.get_num_threads(),
             "launch": None if launch is None else {k: str(v) for k, v in sorted(vars(launch).items())},
-            "code": source_version(_CODE_FILES), "libraries": _libraries()}
+            # a GRPO run's result also depends on its reward functions' code (evaluators/)
+            "code": source_version(_CODE_FILES + (("evaluators",) if reward_funcs else ())), "libraries": _libraries()}
 
 
 def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> TrainResult:
