@@ -15,11 +15,13 @@ from __future__ import annotations
 import base64
 import html
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.rundir import RunDir
+from experience_bank.errors import BadInput
 from experience_bank.records import Event
 from experience_bank.results import GateCheck, GateVerdict, SuiteResult
 
@@ -266,7 +268,36 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         "the current parent), with its standard error and the exact McNemar p on the items that changed. A "
         f"CapTrack regime worse than moderate needs {manifest.get('gate', {}).get('min_severe_items', '–')} items.",
         Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
+    out.append(time_section(ctx))
     return out
+
+
+TIME_SECTION = "Where the wall-clock went"
+"""The one section that measures this process rather than the decisions: the only part of the
+report that differs between an episode run with and without the run cache."""
+
+
+def time_section(ctx: Any) -> Section:
+    """Trials, full runs, evaluations and the control plane, up to the report (agent.timing);
+    charges the run cache served are counted apart, at the seconds they cost when they ran."""
+    from agent.timing import checkpoint_marks, time_breakdown  # noqa: PLC0415
+
+    rd = ctx.rundir
+    marks = checkpoint_marks(rd.checkpoints_file, ctx.episode_id) if rd.checkpoints_file.is_file() else []
+    wall = time.time() - marks[0][1] if marks else 0.0
+    if wall <= 0:
+        return Section(TIME_SECTION, ["(no checkpoints: the episode did not run under the loop)"])
+    try:
+        split = time_breakdown(ctx.ledger.charges(ctx.episode_id), wall)
+    except BadInput as exc:  # a resumed episode's walls can exceed this process's span
+        return Section(TIME_SECTION, [f"(not computed: {exc})"])
+    rows = [[name, part["n"], part["seconds"], 100 * part["share"]] for name, part in split["parts"].items()]
+    cache = split["cache"]
+    return Section(TIME_SECTION, [
+        f"{wall:.1f} s from the first checkpoint to the report (a resumed episode's span includes the time it "
+        f"was down). Control plane under 1%: {split['control_plane_within_goal']}. Run cache: {cache['hits']} of "
+        f"{cache['of']} charges served from it, {cache['saved_s']:.1f} s not spent again.",
+        Table(["part", "charges", "seconds", "share %"], rows, id="time")])
 
 
 def write_report(ctx: Any, state: dict[str, Any]) -> Path:

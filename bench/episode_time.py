@@ -15,7 +15,6 @@ import argparse
 import json
 import sqlite3
 import sys
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,22 +28,6 @@ def read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def checkpoint_marks(conn: sqlite3.Connection, episode_id: str) -> list[tuple[str, float]]:
-    """(node that ran after the checkpoint, checkpoint timestamp), in checkpoint order."""
-    from agent.episode import strict_serde
-
-    serde = strict_serde()
-    node_of: dict[str, str] = {}
-    for row in conn.execute("SELECT checkpoint_id, task_path FROM writes WHERE thread_id = ?", [episode_id]):
-        node_of.setdefault(row["checkpoint_id"], row["task_path"].split(", ")[-1])
-    marks = []
-    for row in conn.execute("SELECT checkpoint_id, type, checkpoint FROM checkpoints WHERE thread_id = ? "
-                            "ORDER BY checkpoint_id", [episode_id]):
-        ts = serde.loads_typed((row["type"], row["checkpoint"]))["ts"]
-        marks.append((node_of.get(row["checkpoint_id"], "(end)"), datetime.fromisoformat(ts).timestamp()))
-    return marks
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", type=Path)
@@ -52,12 +35,14 @@ def main() -> int:
     args = ap.parse_args()
 
     from agent.rundir import RunDir
-    from agent.timing import node_seconds, time_breakdown
+    from agent.timing import checkpoint_marks, node_seconds, time_breakdown
 
     rd = RunDir(args.run_dir)
     charges = [dict(r) for r in read_only(rd.ledger_file).execute(
         "SELECT * FROM charges WHERE episode_id = ? ORDER BY rowid", [rd.episode_id])]
-    marks = checkpoint_marks(read_only(rd.checkpoints_file), rd.episode_id)
+    if not rd.checkpoints_file.is_file():
+        sys.exit(f"episode_time: {rd.checkpoints_file} is missing: pass a finished run directory (runs/ID)")
+    marks = checkpoint_marks(rd.checkpoints_file, rd.episode_id)
     wall = marks[-1][1] - marks[0][1]
     out = {"episode_id": rd.episode_id, **time_breakdown(charges, wall), "nodes": node_seconds(marks)}
     if args.json:

@@ -28,7 +28,17 @@ def _episode(root: Path, bank0: Path, monkeypatch) -> dict:
     rows = Ledger(str(run_dir / "ledger.sqlite")).charges("ep")
     return {"events": events, "ledger": [{k: v for k, v in r.items() if k not in TIMING} for r in rows],
             "served": [r["key"] for r in rows if r["cached"]], "rows": rows,
-            "decisions": (run_dir / "decisions.jsonl").read_text(), "report": (run_dir / "report.md").read_text()}
+            "decisions": (run_dir / "decisions.jsonl").read_text(), "report": _decisions_part(run_dir / "report.md"),
+            "time": (run_dir / "report.md").read_text().split("## Where the wall-clock went")[1]}
+
+
+def _decisions_part(report: Path) -> str:
+    """The report without its last section, the one that measures this process's wall-clock."""
+    from agent.report import TIME_SECTION
+
+    text = report.read_text()
+    assert f"## {TIME_SECTION}" in text
+    return text.split(f"## {TIME_SECTION}")[0]
 
 
 @pytest.mark.slow
@@ -49,3 +59,12 @@ def test_an_episode_is_the_same_with_the_cache_off_cold_and_warm(tmp_path, monke
     assert {"trial", "train", "eval"} <= kinds
     assert [r["wall_seconds"] for r in warm["rows"] if r["kind"] != "eval"] == [
         r["wall_seconds"] for r in cold["rows"] if r["kind"] != "eval"]
+    # the report's time section: the cold episode spent its charges, the warm one was served them
+    n = len(warm["rows"])
+    assert f"Run cache: 0 of {n} charges served" in cold["time"]
+    assert f"Run cache: {n} of {n} charges served" in warm["time"]
+    cold_rows = {r.split("|")[1].strip(): r.split("|")[2:4] for r in cold["time"].splitlines()
+                 if r.startswith("| ") and not r.startswith("| part")}
+    assert int(cold_rows["trials"][0]) == sum(r["kind"] == "trial" for r in cold["rows"])
+    assert float(cold_rows["full_runs"][1]) == pytest.approx(
+        sum(r["wall_seconds"] for r in cold["rows"] if r["kind"] == "train"), abs=0.01)
