@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from experience_bank.errors import BadInput
@@ -15,13 +16,17 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="paired episodes per (policy, seed) and their paired statistics",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example:\n  agent compare --policies bcit,flat_additive --seeds 2 "
-                              "--episode-budget 4gpuh --config runs/test.yaml --out runs/compare-test --jobs 2")
+                              "--episode-budget 4gpuh --config runs/test.yaml --out runs/compare-test --jobs 2\n"
+                              "  agent compare --executor ray --address ray://head:10001 --config runs/qwen3-4b.yaml "
+                              "--seeds 6 --out /shared/runs/compare")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
     p.add_argument("--seeds", type=int, default=6, help="seeds 0..N-1 (default 6)")
     p.add_argument("--episode-budget", default=None, help="budget of every episode (default: the config's)")
     p.add_argument("--config", default=None, help="run config YAML shared by every episode")
     p.add_argument("--out", default="runs/compare", help="output directory (default runs/compare)")
-    p.add_argument("--jobs", type=int, default=1, help="episodes run at once (default 1)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="episodes at once on this machine (default 1; with --address the cluster's nodes bound them)")
+    _execution_flags(p)
     p.set_defaults(func=cmd_compare)
 
     r = sub.add_parser("retrospective", help="the world's Retrospective-24 / ShortFull-24 with real runs",
@@ -32,7 +37,22 @@ def register(sub) -> None:
     r.add_argument("--out", default="runs/retrospective", help="output directory (an audit ledger)")
     r.add_argument("--cells", type=int, default=None, help="only the first N catalogue candidates")
     r.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    _execution_flags(r)
     r.set_defaults(func=cmd_retrospective)
+
+
+def _execution_flags(p) -> None:
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: on this machine (default); ray: one Ray task per job (agent/experiments/executor.py)")
+    p.add_argument("--address", default=None,
+                   help="a running Ray cluster (ray://HEAD:10001, HEAD:6379 or auto); default: a new local instance")
+    p.add_argument("--no-cache", dest="no_cache", action="store_true",
+                   help="run every training and evaluation again: AGENT_NO_CACHE=1 for everything this starts")
+
+
+def _no_cache(args) -> None:
+    if args.no_cache:  # subprocesses inherit it; Ray tasks get it in their runtime_env (executor.task_env)
+        os.environ["AGENT_NO_CACHE"] = "1"
 
 
 def cmd_compare(args) -> int:
@@ -50,8 +70,14 @@ def cmd_compare(args) -> int:
     if args.episode_budget:
         from trainers.ledger import parse_budget  # noqa: PLC0415
         parse_budget(args.episode_budget)  # BadInput before any episode starts
-    summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
-                      config=args.config, n_jobs=args.jobs)
+    from agent.config import build_config  # noqa: PLC0415
+    from agent.experiments.executor import session, task_resources  # noqa: PLC0415
+
+    resources = task_resources(build_config(args.config))  # what one episode holds on a Ray worker
+    _no_cache(args)
+    with session(args.executor, address=args.address, jobs=args.jobs, resources=resources) as executor:
+        summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
+                          config=args.config, n_jobs=args.jobs, executor=executor)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
     from agent.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
 
@@ -67,8 +93,11 @@ def cmd_compare(args) -> int:
 def cmd_retrospective(args) -> int:
     if not args.execute:
         raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
-    from agent.experiments.retrospective import retrospective  # noqa: PLC0415
+    from agent.experiments.executor import session  # noqa: PLC0415
+    from agent.experiments.retrospective import cell_resources, retrospective  # noqa: PLC0415
 
-    result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed)
+    _no_cache(args)
+    with session(args.executor, address=args.address, resources=cell_resources()) as executor:
+        result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed, executor=executor)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1

@@ -10,9 +10,10 @@ Three layers, so the statistics are testable without running a model:
 - `read_episode(run_dir)` reads what an episode recorded (manifest.json, outcomes.jsonl,
   steps/*/verdict.json, evals/<sha16>-adoption/results.json) into a plain `EpisodeResult`;
 - `summarise(episodes)` is pure aggregation (per policy, per pair of policies);
-- `run_jobs(...)` runs the episodes as subprocesses, in parallel, each resumable and isolated
-  (its own run directory, bank file and log; a failed job is recorded and reported, never
-  retried silently, and it cannot touch another job's files).
+- `run_jobs(...)` runs the episodes as `agent run` subprocesses through an executor
+  (agent/experiments/executor.py: threads of this machine, or Ray tasks on a cluster), each
+  resumable and isolated (its own run directory, bank file and log; a failed job is recorded
+  and reported, never retried silently, and it cannot touch another job's files).
 
 What "endpoint" means here: the final parent's scores on the held-out *test* split, which
 `agent run` evaluates once at the end of every episode (agent.nodes.endpoint; no gate or
@@ -29,12 +30,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from policies.stats import paired_t_interval, sign_flip_test
 from experience_bank.families import family_targets
+from agent.experiments.executor import Executor, Job, LocalExecutor
 from agent.rundir import RunDir
 
 """Primary metric of each target task (evaluators/scoring/suites.py)."""
@@ -286,20 +287,14 @@ def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any
     return status
 
 
-def run_jobs(out: Path, policies: list[str], seeds: list[int], n_jobs: int,
+def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executor,
              argv_for: Callable[[Path, str, int], list[str]]) -> list[dict[str, Any]]:
-    """Every (policy, seed) episode, up to n_jobs at once; a job that raises is recorded as failed."""
+    """Every (policy, seed) episode through the executor (agent.experiments.executor); a job that
+    raises is recorded as failed, the others go on."""
     grid = [(p, s) for s in seeds for p in policies]
-    with ThreadPoolExecutor(max_workers=n_jobs) as pool:  # threads only wait on subprocesses
-        futures = {pool.submit(run_one, out, p, s, argv_for(out, p, s)): (p, s) for p, s in grid}
-        results = {}
-        for fut in futures:
-            p, s = futures[fut]
-            try:
-                results[(p, s)] = fut.result()
-            except Exception as exc:  # noqa: BLE001 (one job's crash must not end the others)
-                results[(p, s)] = {"policy": p, "seed": s, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-    return [results[g] for g in grid]
+    results = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s))) for p, s in grid])
+    return [o.value if o.error is None else {"policy": p, "seed": s, "status": "failed", "error": o.error}
+            for (p, s), o in zip(grid, results)]
 
 
 def collect(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -422,14 +417,17 @@ def write_outputs(out: Path, summary: dict[str, Any], episodes: list[dict], meta
 
 
 def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
-            n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None) -> dict[str, Any]:
-    """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures."""
+            n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None,
+            executor: Executor | None = None) -> dict[str, Any]:
+    """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures.
+    `executor`: where the episodes run (default: n_jobs at once in subprocesses of this machine)."""
     start = time.monotonic()
+    executor = executor or LocalExecutor(n_jobs)
     argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config))
-    statuses = run_jobs(out, policies, seeds, n_jobs, argv_for)
+    statuses = run_jobs(out, policies, seeds, executor, argv_for)
     episodes = collect(statuses)
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
-            "wall_s": time.monotonic() - start}
+            "executor": executor.name, "wall_s": time.monotonic() - start}
     write_outputs(out, summary, episodes, meta)
     return summary

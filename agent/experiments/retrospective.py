@@ -23,13 +23,20 @@ Ledger (DIR): `features.jsonl` is written first — the outcome-blind features o
 compiled from the seed bank's record of the card against the base-model context, hashed
 (`features_sha256` in ledger.json) — then `cells/<id>/cell.json` per finished cell (resume
 skips them), and `cells.jsonl` (features + outcomes, one line per cell) plus `summary.json`.
+
+Execution (agent/experiments/executor.py): the cells run one after another in this process, or
+as Ray tasks side by side (`--executor ray`), each building its own ports where it runs; the
+steps two cells share (a matched control's run and evaluations) are single-flight (`_once`), so
+the files are the same whichever executor ran them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import statistics
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +46,8 @@ from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies import outcomes
 from policies.stats import clopper_pearson, spearman
+from agent.config import RunConfig
+from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
 
 FRACTIONS = (0.05, 0.10, 0.20)
 MIN_EFFECT_PP = 1.0
@@ -143,12 +152,21 @@ class CellPorts(Protocol):
 
 
 def _once(path: Path, compute: Callable[[], dict]) -> dict:
-    """A cached step of a cell: read back when present, else computed and written atomically."""
-    if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))
-    value = compute()
-    write_atomic(path, canonical_json(value))
-    return value
+    """A cached step of a cell: read back when present, else computed and written atomically.
+
+    Single flight: the step's lock file is held (flock) from the check to the write, so when two
+    cells run at once (Ray workers, threads) and need the same matched control, one trains it
+    while the other waits and then reads it; without the lock both would train into the same
+    directory. Each cell holds at most its own cell.json lock and one step's lock, so no two cells
+    wait on each other in a cycle. Across machines this needs a filesystem where flock works."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f"{path.name}.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))
+        value = compute()
+        write_atomic(path, canonical_json(value))
+        return value
 
 
 def _effect(child: dict[str, float], control: dict[str, float]) -> dict[str, Any]:
@@ -254,20 +272,33 @@ def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[
     return hashes
 
 
-def run_table(out: Path, cards: list[Any], ports: CellPorts, parent_dir: str, seed: int,
+def cell_job(make_ports: Callable[[], CellPorts], card: Any, cell_dir: Path, parent_dir: str, seed: int,
+             control: Any, parent: Any, controls_dir: Path) -> dict[str, Any]:
+    """One cell where the executor runs it (this process or a Ray worker), cached as cell.json.
+    Its ports are built there, from `make_ports`: models, caches and open files do not cross processes."""
+    return _once(cell_dir / "cell.json", lambda: run_cell(make_ports(), card, cell_dir, parent_dir, seed,
+                                                          control=control, parent=parent, controls_dir=controls_dir))
+
+
+def cell_resources() -> Resources:
+    """What one cell holds on a Ray worker: a run of the default run config (the retrospective
+    takes no --config; the embedded world is a CPU world: its threads, no GPU)."""
+    return task_resources(RunConfig())
+
+
+def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str, seed: int,
               features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
-              controls: dict[str, Any], parent: Any) -> dict[str, Any]:
-    """Every cell (finished ones are skipped); a failing cell is recorded and the others go on.
-    `controls`: card id -> its matched control card; `parent`: the ModelRef of parent_dir."""
-    done, failed = [], {}
-    for card in cards:
-        cell_dir = out / "cells" / card.id
-        try:
-            cell = _once(cell_dir / "cell.json", lambda c=card, d=cell_dir: run_cell(
-                ports, c, d, parent_dir, seed, control=controls[c.id], parent=parent, controls_dir=out / "controls"))
-            done.append(cell | {"features": features[card.id].model_dump(mode="json")})
-        except Exception as exc:  # noqa: BLE001 (one cell's crash must not end the table)
-            failed[card.id] = f"{type(exc).__name__}: {exc}"[:500]
+              controls: dict[str, Any], parent: Any, executor: Executor | None = None) -> dict[str, Any]:
+    """Every cell (finished ones are skipped) through the executor (default: one after another in
+    this process); a failing cell is recorded and the others go on. `make_ports`: builds a cell's
+    CellPorts where it runs; `controls`: card id -> its matched control card; `parent`: the
+    ModelRef of parent_dir."""
+    jobs = [Job(cell_job, (make_ports, c, out / "cells" / c.id, parent_dir, seed, controls[c.id], parent,
+                           out / "controls")) for c in cards]
+    results = (executor or LocalExecutor()).run(jobs)
+    done = [o.value | {"features": features[c.id].model_dump(mode="json")}
+            for c, o in zip(cards, results) if o.error is None]
+    failed = {c.id: o.error[:500] for c, o in zip(cards, results) if o.error is not None}
     (out / "cells.jsonl").write_text("".join(canonical_json(c) + "\n" for c in done), encoding="utf-8")
     if decision_hashes:
         write_outcomes(out, done, decision_hashes)
@@ -325,16 +356,28 @@ def base_context(world: Any) -> Any:
     return current_context(world, world.model, 0)
 
 
+def embedded_ports(size: str) -> WorldPorts:
+    """The ports of the embedded world of `size`, built where they are called (a Ray worker reads
+    the world from its $AGENT_CACHE, or builds it when that cache lacks it)."""
+    from agent.world.embedded import ensure_world  # noqa: PLC0415
+
+    return WorldPorts(ensure_world(size))
+
+
 def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
-                  ports: CellPorts | None = None, world: Any = None) -> dict[str, Any]:
-    """Build (or resume) the table: freeze every cell's features, then run the cells. `world`: any
-    agent.world.interface.WorldData (a local world); None: the embedded world of `size`."""
+                  make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
+                  executor: Executor | None = None) -> dict[str, Any]:
+    """Build (or resume) the table: freeze every cell's features, then run the cells through the
+    executor (agent.experiments.executor; default: in this process, one after another). `world`:
+    any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
+    None: the embedded world of `size`, which each worker builds its own ports for."""
     from agent.world.catalogue import catalogue, catalogue_sha256  # noqa: PLC0415
     from agent.world.controls import control_card  # noqa: PLC0415
     from agent.world.seed_bank import seed_records  # noqa: PLC0415
     from agent.world.embedded import ensure_world  # noqa: PLC0415
     from policies import compile as compile_features  # noqa: PLC0415
 
+    make_ports = make_ports or (partial(WorldPorts, world) if world is not None else partial(embedded_ports, size))
     world = world if world is not None else ensure_world(size)
     cards = list(catalogue(world))[:n_cells]
     records = {r.card.id: r for r in seed_records(world, cards=[c.id for c in cards])}
@@ -348,8 +391,8 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
         "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": EVAL_N.get(world.size),
         "control": "trained matched control (agent/world/controls.py) at the same fraction"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
-    result = run_table(out, cards, ports or WorldPorts(world), world.base_dir, seed, features, hashes,
-                       controls={c.id: control_card(c, world) for c in cards}, parent=world.model)
+    result = run_table(out, cards, make_ports, world.base_dir, seed, features, hashes,
+                       controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor)
     from agent.experiments.retro_summary import write_summary  # noqa: PLC0415
 
     write_summary(out)
