@@ -180,3 +180,9 @@ def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     assert ep["families"] == ["sql"] and ep["endpoint"]["sql"] == pytest.approx(40.0 + promoted_gain)
     assert ep["promotions"] == 3 and ep["authorizations"] == 4  # S02, S03, S05 (leased), S06
     assert ep["wasted_h"] > 0 and ep["trajectory"][-1][1] == ep["endpoint"]
+
+
+def test_one_paired_seed_gives_a_difference_without_a_p_value():
+    s = C.summarise([_ep("a", 0, 44.0), _ep("b", 0, 41.0)])
+    pair = s["pairs"]["a_vs_b"]["endpoint"]
+    assert pair["diffs"] == [3.0] and pair["mean_diff"] == 3.0 and pair["sign_flip_p"] is None and pair["ci95"] is None

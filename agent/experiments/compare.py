@@ -197,6 +197,7 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int, dict]], metric) -> dict[s
                            "ci95": None, "sign_flip_p": None}
     if seeds:
         out["mean_diff"] = sum(out["diffs"]) / len(seeds)
+    if len(seeds) >= 2:  # one pair has no sign-flip distribution: its p stays None
         out["sign_flip_p"] = sign_flip_test(out["diffs"])
     if len(seeds) >= 2 and len(set(out["diffs"])) > 1:
         _, lo, hi = paired_t_interval(xa, xb)
