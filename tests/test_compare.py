@@ -84,7 +84,7 @@ if policy == "broken":
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "manifest.json").write_text("{}")  # started, then crashed: the next call resumes it
     sys.exit("broken policy: simulated crash")
-gain = {"good": 4.0, "meh": 1.0}[policy] + seed
+gain = {"good": 4.0, "meh": 1.0, "idle": 0.0}[policy] + seed
 sys.path.insert(0, TESTS)
 import bank_factory as bf
 from test_graph_fakes import _suite
@@ -93,6 +93,10 @@ from experience_bank.results import GateCheck, GateVerdict
 for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
     ife = _suite("ifeval", "prompt_strict", 70.0, sha, "adoption")
     ife = ife.model_copy(update={"metrics": {"prompt_strict": 70.0, "inst_strict": 80.0}})
+    if policy == "idle":  # rejects everything: no gate, so nothing is scored on adoption
+        RunDir(run_dir).write_evaluation(sha, "test", {"sql/target": _suite("sql/target", "exec_acc", v - 0.5, sha,
+                                                                            "test"), "ifeval": ife}, 1.0)
+        break
     RunDir(run_dir).write_evaluation(sha, "adoption", {"sql/target": _suite("sql/target", "exec_acc", v, sha, "adoption"),
                                                        "ifeval": ife}, 1.0)
     # the endpoint: held-out test scores, here half a point under adoption
@@ -109,13 +113,16 @@ with Bank.init(bank_path) as bank:
     bank.start_episode(run_dir.name, "f" * 64, 0)
     events = [ev(0, "S01", "train", "rolled_back", 3.0), ev(1, "S02", "reject", "rejected", 0.0),
               ev(2, "S03", "train", "promoted", 2.0)]
+    if policy == "idle":
+        events = [ev(0, "S01", "reject", "rejected", 0.0), ev(1, "S02", "reject", "rejected", 0.0)]
     for e in events:
         bank.append_event(e)
-step = run_dir / "steps" / events[2].decision.decision_hash[:16]
-step.mkdir(parents=True)
-(step / "verdict.json").write_text(GateVerdict(
-    promote=True, decided_by="all_passed", checks=(GateCheck(name="target", passed=True, numbers={}, reason="ok"),),
-    u_prom=0.1, child_sha256="b" * 64, parent_sha256="a" * 64, initial_sha256="a" * 64).model_dump_json())
+if policy != "idle":
+    step = run_dir / "steps" / events[2].decision.decision_hash[:16]
+    step.mkdir(parents=True)
+    (step / "verdict.json").write_text(GateVerdict(
+        promote=True, decided_by="all_passed", checks=(GateCheck(name="target", passed=True, numbers={}, reason="ok"),),
+        u_prom=0.1, child_sha256="b" * 64, parent_sha256="a" * 64, initial_sha256="a" * 64).model_dump_json())
 from agent.config import RunConfig
 from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
 from agent.rundir import RunDir
@@ -186,3 +193,21 @@ def test_one_paired_seed_gives_a_difference_without_a_p_value():
     s = C.summarise([_ep("a", 0, 44.0), _ep("b", 0, 41.0)])
     pair = s["pairs"]["a_vs_b"]["endpoint"]
     assert pair["diffs"] == [3.0] and pair["mean_diff"] == 3.0 and pair["sign_flip_p"] is None and pair["ci95"] is None
+
+
+def test_an_episode_that_never_reached_the_gate_reads_the_initial_adoption_scores_of_a_paired_one(tmp_path):
+    """`idle` rejects everything, so it never scored its initial parent on adoption; its trajectory,
+    adoption endpoint and IFEval change come from `good`'s scores of the same weights."""
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
+
+    def argv_for(out, p, s):
+        argv = C.episode_argv(out, p, s, budget="10h", config=None)
+        return [sys.executable, str(script)] + argv[argv.index("run") + 1:]
+
+    summary = C.compare(tmp_path / "cmp", ["good", "idle"], [0, 1], argv_for=argv_for)
+    idle = summary["policies"]["idle"]
+    assert idle["n"] == 2 and idle["endpoint_mean"] == pytest.approx(39.5)  # test split, initial parent
+    assert idle["endpoint_adoption_mean"] == pytest.approx(40.0) and idle["trajectory_auc"] == pytest.approx(40.0)
+    assert idle["ifeval_drop_vs_initial"]["ifeval.prompt_strict"] == 0.0 and idle["wasted_h"] == 0.0
+    assert summary["pairs"]["good_vs_idle"]["endpoint"]["diffs"] == [4.0, 5.0]

@@ -80,12 +80,16 @@ def _authorized(event: dict) -> bool:
     return event["full_run"] in ("ran", "refused")
 
 
-def read_episode(run_dir: Path) -> dict[str, Any]:
-    """The recorded results of one finished episode as a plain EpisodeResult dict."""
+def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> dict[str, Any]:
+    """The recorded results of one finished episode as a plain EpisodeResult dict.
+
+    An episode that ran no full run never scored its initial parent on adoption (only the gate
+    does); `initial_adoption` then supplies those scores, read from a paired episode that did
+    (the same weights on the same items: see `collect`)."""
     run = RunDir(run_dir)
     manifest = run.manifest()
     events = sorted(_events(manifest), key=lambda e: e["seq"])
-    parent = _adoption_metrics(run, manifest.initial.sha256)
+    parent = _adoption_metrics(run, manifest.initial.sha256) or dict(initial_adoption or {})
     initial, final_sha = dict(parent), manifest.initial.sha256
     hours, trajectory = 0.0, [[0.0, _targets(parent)]]
     for e in events:
@@ -102,7 +106,7 @@ def read_episode(run_dir: Path) -> dict[str, Any]:
                          "(an episode finished before the endpoint existed): run it again")
     return {
         "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
-        "families": sorted(_targets(initial)),
+        "families": sorted(_targets(test)), "initial_sha256": manifest.initial.sha256,
         "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
         "endpoint": _targets(test), "endpoint_adoption": _targets(parent), "initial": _targets(initial),
         "ifeval": {k: test.get(k) for k in IFEVAL_METRICS}, "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
@@ -310,7 +314,26 @@ def collect(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
             episodes.append(base | read_episode(Path(st["run_dir"])))
         except (OSError, KeyError, ValueError) as exc:
             episodes.append(base | {"status": "unreadable", "error": f"{type(exc).__name__}: {exc}"})
-    return episodes
+    return _with_initial_adoption(episodes)
+
+
+def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Re-read the episodes that never scored their initial parent on adoption with the scores a
+    paired episode recorded for the same weights (where several did, they must agree)."""
+    scores: dict[str, dict[str, float]] = {}
+    for e in episodes:
+        if e["status"] == "done" and e["initial"]:
+            flat = _adoption_metrics(RunDir(Path(e["run_dir"])), e["initial_sha256"])
+            if scores.setdefault(e["initial_sha256"], flat) != flat:
+                raise ValueError(f"two episodes scored the initial parent {e['initial_sha256'][:12]} differently on "
+                                 "adoption: their evaluators or items differ, so they are not paired")
+    out = []
+    for e in episodes:
+        if e["status"] == "done" and not e["initial"] and e["initial_sha256"] in scores:
+            e = {k: e[k] for k in ("policy", "seed", "status")} | read_episode(Path(e["run_dir"]),
+                                                                               scores[e["initial_sha256"]])
+        out.append(e)
+    return out
 
 
 # --- writing compare.md, compare.json and the figures ---------------------------------------
