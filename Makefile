@@ -32,7 +32,8 @@ $(CHROMIUM):
 test-slow: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/pytest -m slow
 
-# The whole smol-local episode on CPU (its seed bank included: about 40 min cold on 2 cores);
-# outside CI's budget, so a command of its own.
+# The smol-local episodes on CPU: one on the seed bank's L(0) (its seed bank included: about
+# 40 min cold on 2 cores), one on an imported library that reaches Validate, Train and the gate
+# (about 26 min); outside CI's budget, so a command of its own.
 test-cpu-proof: $(STAMP)
 	$(VENV)/bin/pytest -m cpu_proof -s
