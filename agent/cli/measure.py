@@ -8,7 +8,8 @@ from pathlib import Path
 
 from experience_bank.errors import BadInput
 
-DEFAULT_POLICIES = "bcit,flat_additive,validate_all,reuse_all,additive_veto"
+DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
+"""The five of the published comparison (docs/results/compare-default.md)."""
 
 
 def register(sub) -> None:
