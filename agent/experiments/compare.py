@@ -384,12 +384,12 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                           for p, s in summary["policies"].items()), "",
               "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n)", "",
               _row(["pair", "n", "endpoint diff", "95% CI", "p", "adoption diff", "AUC diff", "AUC p", "wasted h diff",
-                    "wasted h CI"]), "|" + "---|" * 10]
+                    "wasted h CI", "wasted h p"]), "|" + "---|" * 11]
     for name, pr in summary["pairs"].items():
         e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
         lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
                            pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
-                           w["ci95"]]))
+                           w["ci95"], _f(w["sign_flip_p"], 4)]))
     if summary["failed"]:
         lines += ["", "## Failed episodes (excluded from the statistics)", ""]
         lines += [f"- {f['policy']} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
