@@ -336,110 +336,6 @@ def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any
     return out
 
 
-# --- writing compare.md, compare.json and the figures ---------------------------------------
-
-
-def _f(v: Any, nd: int = 2) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_f(x, nd) for x in v) + "]"
-    return str(v)
-
-
-def _row(cells: list[Any]) -> str:
-    return "| " + " | ".join(_f(c) for c in cells) + " |"
-
-
-def _cache_line(cache: dict[str, Any] | None) -> str:
-    if not cache or not cache["charges"]:
-        return "Run cache: no charges recorded."
-    return (f"Run cache: {cache['hits']} of {cache['charges']} charges served from it (hit ratio "
-            f"{cache['hit_ratio']:.1%}), {cache['saved_s']:.0f} s of wall-clock not spent again; every charge is "
-            "still paid at its nominal cost, so the decisions are those of an uncached run.")
-
-
-def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
-    fams, ifk = summary["families"], list(IFEVAL_METRICS)
-    lines = ["# Paired policy comparison", "",
-             f"Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
-             f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "
-             f"over the target capabilities {fams}; 'adoption' = the same on the split the gate selected on "
-             "(optimistic). IFEval at the end is on the test split; AUC follows the adoption split.", "",
-             _cache_line(summary.get("cache")), "",
-             f"Pairing (manifest values equal across policies per seed: {', '.join(PAIRING_KEYS)}): "
-             f"**{'ok' if summary['pairing']['paired'] else 'MISMATCH'}**", "", "## Per policy", "",
-             _row(["policy", "n", "endpoint (test)", "sd", "adoption"] + fams + ifk
-                  + ["promoted/authorized", "AUC", "wasted h", "spent h"]),
-             "|" + "---|" * (9 + len(fams) + len(ifk))]
-    for p, s in summary["policies"].items():
-        lines.append(_row([p, s["n"], s["endpoint_mean"], s["endpoint_sd"], s["endpoint_adoption_mean"]]
-                          + [s["per_capability"][f] for f in fams]
-                          + [s["ifeval"][k] for k in ifk] + [f"{s['promotions']}/{s['authorizations']}",
-                                                             s["trajectory_auc"], s["wasted_h"], s["spent_h"]]))
-    lines += ["", "IFEval change vs the initial parent (pp, mean over seeds, adoption split): "
-              + "; ".join(f"{p} " + "/".join(_f(s["ifeval_drop_vs_initial"][k]) for k in ifk)
-                          for p, s in summary["policies"].items()), "",
-              "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n)", "",
-              _row(["pair", "n", "endpoint diff", "95% CI", "p", "adoption diff", "AUC diff", "AUC p", "wasted h diff",
-                    "wasted h CI", "wasted h p"]), "|" + "---|" * 11]
-    for name, pr in summary["pairs"].items():
-        e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
-        lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
-                           pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
-                           w["ci95"], _f(w["sign_flip_p"], 4)]))
-    if summary["failed"]:
-        lines += ["", "## Failed episodes (excluded from the statistics)", ""]
-        lines += [f"- {f['policy']} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
-    lines += ["", "![endpoint per policy](endpoint.png)", "", "![trajectories](trajectories.png)", ""]
-    return "\n".join(lines)
-
-
-def figures(out: Path, summary: dict[str, Any], episodes: list[dict]) -> None:
-    import matplotlib  # noqa: PLC0415 (slow import, only when writing)
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    policies = list(summary["policies"])
-    ok = [e for e in episodes if e["status"] == "done"]
-    fig, ax = plt.subplots(figsize=(1.6 * len(policies) + 2, 4))
-    for seed in sorted({e["seed"] for e in ok}):  # one grey line per seed joins its paired episodes
-        pts = [(i, endpoint_mean(e)) for i, p in enumerate(policies) for e in ok
-               if e["policy"] == p and e["seed"] == seed and endpoint_mean(e) is not None]
-        ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color="grey", alpha=0.5, lw=1)
-    ax.scatter(range(len(policies)), [summary["policies"][p]["endpoint_mean"] or math.nan for p in policies],
-               marker="_", s=600, color="black", zorder=3, label="mean")
-    ax.set_xticks(range(len(policies)), policies, rotation=20)
-    ax.set_ylabel("endpoint: mean target score (pp)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "endpoint.png", dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    colours = dict(zip(policies, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
-    for e in ok:
-        xs, ys = [h for h, _ in e["trajectory"]], [sum(t.get(f, math.nan) for f in e["families"]) / len(e["families"])
-                                                    for _, t in e["trajectory"]]
-        ax.step(xs + [max(e["budget_h"], xs[-1])], ys + ys[-1:], where="post", color=colours[e["policy"]], alpha=0.7,
-                label=e["policy"] if e["seed"] == min(x["seed"] for x in ok if x["policy"] == e["policy"]) else None)
-    ax.set_xlabel("device-hours spent")
-    ax.set_ylabel("current parent: mean target score (pp)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "trajectories.png", dpi=110)
-    plt.close(fig)
-
-
-def write_outputs(out: Path, summary: dict[str, Any], episodes: list[dict], meta: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps({"meta": meta, "summary": summary, "episodes": episodes},
-                                                 indent=1, sort_keys=True), encoding="utf-8")
-    (out / "compare.md").write_text(markdown(summary, meta), encoding="utf-8")
-    figures(out, summary, episodes)
-
-
 def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
             n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None,
             executor: Executor | None = None) -> dict[str, Any]:
@@ -453,5 +349,7 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
             "executor": executor.name, "wall_s": time.monotonic() - start}
+    from agent.experiments.compare_output import write_outputs  # noqa: PLC0415 (it reads this module's rules)
+
     write_outputs(out, summary, episodes, meta)
     return summary
