@@ -32,6 +32,9 @@ def test_a_run_of_the_same_content_is_served_reanchored_to_its_own_folder(tmp_pa
     assert second.wall_seconds == first.wall_seconds and second.steps == first.steps == 12
     # what the folder says is what the call returned
     assert json.loads((tmp_path / "b" / "result.json").read_text())["run_key"] == "ep2:b"
+    # serving left the entry intact (its files are hard links): a third request is served too
+    train(c, str(parent), rows, out_dir=str(tmp_path / "b2"), run_key="ep4:b2", threads=1, cache=cache)
+    assert (cache.stats.hits, cache.stats.misses) == (2, 1)
     # another seed, more steps or other examples are other content: trained, not served
     train(c, str(parent), rows, out_dir=str(tmp_path / "c"), run_key="ep3:c", seed=1, threads=1, cache=cache)
     assert cache.stats.misses == 2 and not was_cached(tmp_path / "c")

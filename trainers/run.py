@@ -34,6 +34,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
 from experience_bank.errors import BadInput
+from experience_bank.files import write_atomic
 from experience_bank.records import CandidateCard
 from experience_bank.results import TrainResult
 from trainers import checkpoint as ckpt
@@ -232,7 +233,8 @@ def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> Trai
                                        "run_key": run_key, "resumed_from": str(resume_from) if resume_from else None})
     if ckpt.weights_sha256(out) != result.checkpoint_sha256:
         raise BadInput(f"run cache served {out} with weights that do not match its result: run `agent cache gc --all`")
-    (out / ckpt.RESULT_FILE).write_text(result.model_dump_json(indent=2))
+    # the served files are hard links into the cache entry: replace the result, never write through it
+    write_atomic(out / ckpt.RESULT_FILE, result.model_dump_json(indent=2))
     shutil.rmtree(out.with_name(out.name + ".work"), ignore_errors=True)  # a crashed attempt's checkpoints
     return result
 
