@@ -137,11 +137,15 @@ def merge(members: list[HistoricalRecord], label: str) -> HistoricalRecord:
 
 
 def _groups(facts: list[Fact]) -> dict[Key, list[Fact]]:
-    """Historical facts by evidence key, in hash order: one pass over a dict, never pairs."""
+    """Historical facts by evidence key, each group in hash order: one pass over a dict, never
+    pairs, and only groups of two or more sorted (most are single observations)."""
     groups: dict[Key, list[Fact]] = defaultdict(list)
-    for f in sorted(facts, key=lambda f: f.hash):
+    for f in facts:
         if f.kind == "historical":
             groups[fact_key(f)].append(f)
+    for members in groups.values():
+        if len(members) > 1:
+            members.sort(key=lambda f: f.hash)
     return groups
 
 

@@ -20,7 +20,7 @@ from sqlite_utils import Database
 from experience_bank import chains
 from experience_bank.consolidate import Fact, Planned
 from experience_bank.errors import BadInput
-from experience_bank.hashing import canonical_json, sha256_text
+from experience_bank.hashing import canonical_json, canonical_json_and_part, sha256_text
 from experience_bank.records import HistoricalRecord, Record
 
 # One json_extract with three paths parses the body once.
@@ -56,10 +56,12 @@ def now() -> str:
 
 
 def record_row(record: Record, written_at: str | None = None) -> dict:
-    """The stored row of a record: one model dump serves the body and the context hash."""
-    plain = record.model_dump(mode="json")
-    body = canonical_json(plain)
-    source = sha256_text(canonical_json(plain["source"])) if isinstance(record, HistoricalRecord) else None
+    """The stored row of a record: its canonical body, and the hash of its source context."""
+    if isinstance(record, HistoricalRecord):
+        body, source_text = canonical_json_and_part(record, "source")
+        source = sha256_text(source_text)
+    else:
+        body, source = canonical_json(record), None
     return {"hash": sha256_text(body), "kind": record.kind, "card_id": record.card.id,
             "source_hash": source, "body": body, "written_at": written_at or now()}
 

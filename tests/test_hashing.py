@@ -9,6 +9,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from experience_bank.errors import BadInput
+import orjson
+
+from experience_bank import hashing
 from experience_bank.hashing import canonical_json, chain_hash, content_hash, loads_strict
 
 keys = st.text(min_size=1, max_size=8)
@@ -67,3 +70,52 @@ def test_loads_strict_rejects(text, word):
 def test_canonical_json_refuses_nan():
     with pytest.raises(ValueError):
         canonical_json({"a": float("nan")})
+
+
+# --- the orjson path: the same bytes as json.dumps, or json.dumps itself ---------------------
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+# Around every place where float text changes form: 1e-5 and 1e-4 (orjson writes 0.00001,
+# Python 1e-05), 1e16 (both switch to an exponent), subnormals and the largest doubles.
+edges = st.sampled_from([1e-5, 1e-4, 1e16, 5e-324, 1.7976931348623157e308, -0.0, 2e-5, 9.99e-5, 1e15])
+jsonish = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.text(max_size=12) | finite | edges,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=25)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(jsonish)
+def test_the_orjson_path_writes_json_dumps_bytes(value):
+    # `validated=True` is what a record's dump gets: whatever orjson writes must be json.dumps's bytes.
+    assert hashing._encode(value, validated=True) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(finite | edges, st.text(max_size=20), st.integers(0, 2**62))
+def test_a_record_hashes_the_same_through_either_path(delta, title, stage):
+    # Through real models (validation runs): the body, and the source context the row hashes apart.
+    from bank_factory import record
+    r = record(delta=delta, stage=stage)
+    r = type(r).model_validate({**r.model_dump(), "card": {**r.card.model_dump(), "title": title or "t"}})
+    assert canonical_json(r) == hashing.json_dumps_canonical(r)
+    body, source = hashing.canonical_json_and_part(r, "source")
+    assert (body, source) == (hashing.json_dumps_canonical(r), hashing.json_dumps_canonical(r.source))
+
+
+def test_numbers_orjson_writes_otherwise_take_json_dumps():
+    # The guard itself: these are the forms where orjson's text differs from Python's repr.
+    for x in (1e-05, 2.5e-05, 1e-07, 1e16, 1.5e300):
+        out = orjson.dumps([x])
+        assert out.decode() != json.dumps([x]) or b"e+" in out  # orjson differs, or agrees on 1e+16
+        assert hashing._maybe_not_repr(out)
+    assert not hashing._maybe_not_repr(b'{"a":"e-mail, 0.000 too","h":"9e1f","x":0.0001}')
+    assert hashing._maybe_not_repr(b'{"a":"a3e-5"}')  # a string may look like one: slow path, same bytes
+    assert canonical_json({"lr": 1e-05}) == '{"lr":1e-05}'
+
+
+def test_nan_in_a_plain_value_is_still_refused():
+    # Plain values never take the orjson path, which would write NaN as null.
+    with pytest.raises(ValueError):
+        hashing._encode({"x": float("nan")}, validated=False)
