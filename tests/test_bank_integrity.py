@@ -160,3 +160,61 @@ def test_two_processes_append_one_consistent_chain(tmp_path):
         assert [e.seq for e in events] == list(range(2 * n))
         assert sorted(e.candidate_id for e in events) == ["A1"] * n + ["B1"] * n
         assert bank.verify() == []
+
+
+def test_entry_digest_is_the_documented_line_hash_and_sees_every_flag(tmp_path):
+    # SQLite builds the lines now; they must hash to f"{hash}\x1f{conflicted}\x1f{missing}\x1f{members}\n"
+    # (what earlier banks stored), over merges, conflicts and missing artefacts.
+    import hashlib
+    import json
+
+    from experience_bank import chains
+    path = tmp_path / "b.sqlite"
+    with Bank.init(path) as bank:
+        bank.import_records([record("S01", seed=1, delta=4.0), record("S01", seed=2, delta=5.0),
+                             record("S02", seed=3, delta=4.0), record("S02", seed=4, delta=-4.0),
+                             record("S03", artefacts=("runs/gone.json",))], library_note="L0")
+        bank.start_episode("E1", sha("m"), 0)
+        bank.finish_episode("E1")
+        version = bank.consolidate("E1")
+        db = bank.db
+        members = dict(db.execute("SELECT merged_hash, group_concat(member_hash, ',') FROM (SELECT * FROM replicates "
+                                  "ORDER BY merged_hash, member_hash) GROUP BY merged_hash").fetchall())
+        for v in (0, version):
+            rows = db.execute("SELECT record_hash, conflicted, missing FROM library_entries WHERE version = ? "
+                              "ORDER BY rowid", [v]).fetchall()
+            expected = hashlib.sha256("".join(f"{h}\x1f{c}\x1f{m}\x1f{members.get(h, '')}\n"
+                                              for h, c, m in rows).encode()).hexdigest()
+            assert chains.stored_entries_digest(db, v) == expected
+        flags = db.execute("SELECT sum(conflicted), sum(missing != '[]') FROM library_entries WHERE version = ?",
+                           [version]).fetchone()
+        assert len(members) == 1 and flags == (2, 1) and json.loads(
+            db.execute("SELECT missing FROM library_entries WHERE missing != '[]'").fetchone()[0]) == ["runs/gone.json"]
+        assert bank.verify() == []
+
+
+def test_verify_on_two_connections_finds_what_one_finds(tmp_path, monkeypatch):
+    # The SQL-only checks run on a second connection in a thread; a dangling reference (their
+    # kind of problem) and a damaged body (the main pass's) are both named, in the same order.
+    from experience_bank import integrity
+    path = tmp_path / "b.sqlite"
+    _bank_with_history(path)
+    with Bank.open(path) as bank:
+        victim = bank.record_hashes()[0]
+    _tamper(path, f"DELETE FROM records WHERE hash = '{victim}'")
+    _tamper(path, "UPDATE records SET body = replace(body, '\"S02\"', '\"S09\"')")
+    threads = []
+    real = integrity._reader
+
+    def reader(p):
+        threads.append(p)
+        return real(p)
+    monkeypatch.setattr(integrity, "_reader", reader)
+    with Bank.open(path) as bank:
+        two = bank.verify()
+        assert threads == [str(path)]
+        monkeypatch.setattr(integrity, "_reader", lambda p: (_ for _ in ()).throw(sqlite3.OperationalError("no")))
+        one = bank.verify()
+    assert two == one
+    assert any(f"refers to missing record {victim}" in line for line in two)
+    assert any("does not match its stored hash" in line for line in two)
