@@ -242,8 +242,8 @@ class Bank:
     def _entry_rows(self, version: int | None, card_id: str | None = None) -> list[LibraryEntry]:
         if card_id is None:
             sql = ("SELECT e.record_hash, r.body, e.conflicted, e.missing FROM library_entries e "
-                   "JOIN records r ON r.hash = e.record_hash WHERE e.version = ? ORDER BY e.rowid")
-            args: list = [self._version(version)]
+                   f"JOIN records r ON r.hash = e.record_hash WHERE {chains.VERSION_ROWS} ORDER BY e.rowid")
+            args: list = chains.version_rows(self.db, self._version(version))
         else:  # CROSS JOIN fixes the order: the card's few records first, then each one's entry by key
             sql = ("SELECT e.record_hash, r.body, e.conflicted, e.missing FROM records r CROSS JOIN library_entries e "
                    "ON e.version = ? AND e.record_hash = r.hash WHERE r.card_id = ? ORDER BY e.rowid")
@@ -261,8 +261,9 @@ class Bank:
 
     def export_lines(self, version: int | None = None) -> Iterator[str]:
         """A version's records as stored canonical JSON, hash-checked, without re-serialising."""
-        rows = self.db.execute("SELECT e.record_hash, r.body FROM library_entries e JOIN records r "
-                               "ON r.hash = e.record_hash WHERE e.version = ? ORDER BY e.rowid", [self._version(version)])
+        rows = self.db.execute("SELECT e.record_hash, r.body FROM library_entries e JOIN records r ON r.hash = "
+                               f"e.record_hash WHERE {chains.VERSION_ROWS} ORDER BY e.rowid",
+                               chains.version_rows(self.db, self._version(version)))
         for h, body in rows:
             if hashlib.sha256(body.encode()).hexdigest() != h:
                 raise BadInput(f"record {h} fails its hash check: run `agent bank verify` before exporting")

@@ -25,16 +25,27 @@ LIBRARY_GENESIS = "0" * 64
 # Entry lines in serving order; a merged entry's replicate members are part of what it means.
 MEMBERS_SQL = ("SELECT merged_hash, group_concat(member_hash, ',') AS members FROM "
                "(SELECT merged_hash, member_hash FROM replicates ORDER BY merged_hash, member_hash) GROUP BY merged_hash")
+# A version's entries are one transaction's inserts: a rowid range, read in serving order with
+# no sort (`ORDER BY rowid` under `WHERE version = ?` makes SQLite sort the rows, bodies and
+# all, through a temporary B-tree: a 1e6-entry export sorted 2 GB). The filter on version keeps
+# every reader exact even if a version were not contiguous; its unary + keeps the planner off
+# the version index, which would bring the sort back.
+VERSION_ROWS = "e.rowid BETWEEN ? AND ? AND +e.version = ?"
+_SPAN_SQL = "SELECT coalesce(min(rowid), 0), coalesce(max(rowid), -1) FROM library_entries WHERE version = ?"
+
+
+def version_rows(db: Database, version: int) -> list[int]:
+    """The arguments of VERSION_ROWS (`library_entries e`) for one version."""
+    lo, hi = db.execute(_SPAN_SQL, [version]).fetchone()
+    return [lo, hi, version]
+
+
 # Each line is built by SQLite, not Python: at 1e6 entries a line costs 0.2 us instead of 1.5.
 # Its text is what f"{hash}\x1f{conflicted}\x1f{missing}\x1f{members}\n" gives for the values
 # the bank writes (text, integer, text), so digests stored by earlier banks still match.
 ENTRY_LINES_SQL = ("SELECT e.record_hash || char(31) || e.conflicted || char(31) || e.missing || char(31) || "
                    f"coalesce(m.members, '') || char(10) FROM library_entries e LEFT JOIN ({MEMBERS_SQL}) m "
-                   "ON m.merged_hash = e.record_hash WHERE e.rowid BETWEEN ? AND ? AND +e.version = ? ORDER BY e.rowid")
-# A version's entries are one transaction's inserts: a rowid range, read in order without a sort
-# (the filter on version keeps the digest exact if they ever were not; its unary + keeps the
-# planner off the version index, which would need a sort).
-_SPAN_SQL = "SELECT coalesce(min(rowid), 0), coalesce(max(rowid), -1) FROM library_entries WHERE version = ?"
+                   f"ON m.merged_hash = e.record_hash WHERE {VERSION_ROWS} ORDER BY e.rowid")
 _FETCH = 65536
 
 VERSION_COLUMNS = ("version", "base_version", "episode_id", "note", "created_at", "entries_hash")
@@ -50,8 +61,7 @@ JOURNAL_SOURCES = {
 def stored_entries_digest(db: Database, version: int) -> str:
     """sha256 over a version's entry lines: record hash, conflicted, missing artefacts, replicate members."""
     h = hashlib.sha256()
-    lo, hi = db.execute(_SPAN_SQL, [version]).fetchone()
-    rows = db.execute(ENTRY_LINES_SQL, [lo, hi, version])
+    rows = db.execute(ENTRY_LINES_SQL, version_rows(db, version))
     while chunk := rows.fetchmany(_FETCH):
         # A NULL column (a damaged row) makes its line NULL: join raises TypeError, a problem for verify.
         h.update("".join([line for (line,) in chunk]).encode())

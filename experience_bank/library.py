@@ -76,7 +76,7 @@ def _fact(row: tuple, check: bool) -> Fact:
 
 def version_facts(db: Database, version: int, check: bool = False) -> list[Fact]:
     rows = db.execute(f"SELECT {FACT_COLUMNS} FROM library_entries e JOIN records r ON r.hash = e.record_hash "
-                      "WHERE e.version = ? ORDER BY e.rowid", [version])
+                      f"WHERE {chains.VERSION_ROWS} ORDER BY e.rowid", chains.version_rows(db, version))
     return [_fact(row, check) for row in rows]
 
 

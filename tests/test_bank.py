@@ -157,3 +157,22 @@ def test_import_jsonl_names_line_and_writes_nothing(mem_bank, tmp_path):
     with pytest.raises(BadInput, match=r"line 2: invalid record: field proposal.card.nu"):
         mem_bank.import_jsonl(f)
     assert mem_bank.record_hashes() == []
+
+
+def test_version_readers_stay_exact_when_a_version_is_not_one_rowid_range(mem_bank):
+    # Readers take a version's rowid span with no sort; were another version's rows inside that
+    # span (only raw SQL can do it), the version filter must still keep them out, in order.
+    from experience_bank import chains
+
+    a, b, c = record("S01", seed=1), record("S02", seed=2), record("S03", seed=3)
+    hashes = mem_bank.import_records([a, b, c])
+    mem_bank.create_library_version(hashes[:2], "v0")
+    mem_bank.create_library_version(hashes[2:], "v1")
+    db = mem_bank.db
+    db.execute("DROP TRIGGER library_entries_no_replace")
+    db.execute("INSERT INTO library_entries (version, record_hash, conflicted, missing) VALUES (0, ?, 0, '[]')",
+               [hashes[2]])
+    assert chains.version_rows(db, 0)[:2] == [1, 4]  # version 1's row 3 lies inside version 0's span
+    assert [e.hash for e in mem_bank.library_records(0)] == [hashes[0], hashes[1], hashes[2]]
+    assert [e.hash for e in mem_bank.library_records(1)] == [hashes[2]]
+    assert list(mem_bank.export_lines(1)) == [db.execute("SELECT body FROM records WHERE hash = ?", [hashes[2]]).fetchone()[0]]
