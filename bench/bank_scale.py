@@ -7,7 +7,8 @@ times, in one run:
   of another record's card and context (agreeing, mergeable), 1% contradict one (conflicts);
 - lookup: p50/p99 of looking up one card in one context (indexed query + strict parse);
 - verify: the whole bank after import (SQLite's integrity check, every hash and chain), and
-  the integrity check's own share, timed alone;
+  the integrity check's own share, timed alone (it runs beside the rest on a second
+  connection); with --verify-parts, every check alone, on the bank after consolidation;
 - consolidate: `Bank.consolidate` of an episode on L(0) that staged N/100 observations (half
   exact duplicates of library records, a quarter new agreeing replicates, a quarter
   contradicting ones); it merges L(0)'s replicates and flags every conflict;
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from experience_bank import integrity
 from experience_bank.bank import Bank
 from experience_bank.hashing import content_hash
 from experience_bank.records import (
@@ -147,7 +149,17 @@ def export(bank: Bank, out: Path) -> int:
         return sum(f.write(line + "\n") > 0 for line in bank.export_lines())
 
 
-def bench(n: int, directory: Path) -> dict[str, float]:
+def verify_parts(bank: Bank) -> str:
+    """Each of verify's checks alone, in seconds: what the two connections share out."""
+    out = []
+    for check in (integrity._sqlite, integrity._records, integrity._references, integrity._library,
+                  integrity._journals, integrity._schema):
+        seconds, _ = _timed(lambda: check(bank.db, integrity._At()))
+        out.append(f"{check.__name__.lstrip('_')} {seconds:.2f} s")
+    return ", ".join(out)
+
+
+def bench(n: int, directory: Path, parts: bool = False) -> dict[str, float]:
     batch = list(library(n))  # built before the clock starts: the import is timed, not the generator
     with Bank.init(directory / f"bank-{n}.sqlite") as bank:
         import_s, _ = _timed(lambda: bank.import_records(batch, library_note="bench L(0)"))
@@ -163,11 +175,12 @@ def bench(n: int, directory: Path) -> dict[str, float]:
         export_s, exported = _timed(lambda: export(bank, directory / f"export-{n}.jsonl"))
         conflicted = sum(1 for _ in bank.db.execute(
             "SELECT 1 FROM library_entries WHERE version = ? AND conflicted = 1", [bank.current_library_version()]))
+        checks = verify_parts(bank) if parts else ""
     gc.unfreeze()
     return {"n": n, "import_s": import_s, "rec_per_s": n / import_s, "p50_ms": statistics.median(latencies),
             "p99_ms": latencies[int(0.99 * (len(latencies) - 1))], "verify_s": verify_s, "integrity_s": integrity_s,
             "consolidate_s": consolidate_s, "authorize_s": authorize_s, "decisions": decided,
-            "export_s": export_s, "exported": exported, "conflicted": conflicted}
+            "export_s": export_s, "exported": exported, "conflicted": conflicted, "checks": checks}
 
 
 COLUMNS = (("import_s", "import s", ".2f"), ("rec_per_s", "rec/s", ".0f"), ("p50_ms", "lookup p50 ms", ".3f"),
@@ -183,15 +196,18 @@ def _line(label: str, values: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
+    parser.add_argument("--verify-parts", action="store_true", help="also time each of verify's checks alone")
     args = parser.parse_args()
     print(_line("records", [title for _, title, _ in COLUMNS]), flush=True)
     previous = None
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
-            row = bench(n, Path(tmp))
+            row = bench(n, Path(tmp), args.verify_parts)
             print(_line(str(n), [format(row[k], f) for k, _, f in COLUMNS]) +
                   f"   ({row['decisions']} decisions, {row['exported']} exported, {row['conflicted']} conflicted)",
                   flush=True)
+            if row["checks"]:
+                print(f"{'':>10} verify's checks alone, after consolidation: {row['checks']}", flush=True)
             if previous is not None:
                 ratios = [format(row[k] / previous[k], ".1f") + "x" for k, _, _ in COLUMNS]
                 print(_line(f"growth {row['n'] // previous['n']}x", ratios), flush=True)
