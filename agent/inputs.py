@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from experience_bank.errors import BadInput
+from experience_bank.files import jsonl_text
 from experience_bank.hashing import loads_strict
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -57,12 +58,12 @@ def json_kind(value: Any) -> str:
     return {int: "number", float: "number", str: "string", list: "array", dict: "object"}[type(value)]
 
 
-def jsonl_lines(path: str | Path, what: str, allow_empty: bool = False) -> list[tuple[int, str]]:
-    """(line number, text) of every non-blank line, each one checked to be a strict JSON object."""
-    rows = []
-    for n, line in enumerate(read_text(path, what).splitlines(), start=1):
-        if not line.strip():
-            continue
+def iter_jsonl_lines(path: str | Path, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-blank line, each one checked to be a strict JSON object,
+    read a line at a time (`experience_bank.files.jsonl_text`)."""
+    if not Path(path).is_file():
+        raise BadInput(f"{what} {path} does not exist or is not a file: give the path of an existing file")
+    for n, line in jsonl_text(path, what):
         try:
             value = loads_strict(line)
         except BadInput as exc:
@@ -70,7 +71,20 @@ def jsonl_lines(path: str | Path, what: str, allow_empty: bool = False) -> list[
         if not isinstance(value, dict):
             raise BadInput(f"{what} {path} line {n} is a JSON {json_kind(value)}, not an object: "
                            "give one JSON object per line")
-        rows.append((n, line))
+        yield n, line
+
+
+def check_jsonl(path: str | Path, what: str) -> int:
+    """How many records a JSONL file holds, every line checked, none kept (at least one)."""
+    count = sum(1 for _ in iter_jsonl_lines(path, what))
+    if not count:
+        raise BadInput(f"{what} {path} is empty: give one JSON object per line")
+    return count
+
+
+def jsonl_lines(path: str | Path, what: str, allow_empty: bool = False) -> list[tuple[int, str]]:
+    """(line number, text) of every non-blank line, each one checked to be a strict JSON object."""
+    rows = list(iter_jsonl_lines(path, what))
     if not rows and not allow_empty:
         raise BadInput(f"{what} {path} is empty: give one JSON object per line")
     return rows

@@ -13,6 +13,7 @@ Plain SQLite through sqlite-utils (schema in `migrations.py`). Guarantees and th
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sqlite3
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from sqlite_utils import Database
 from experience_bank import chains, hashing, heads, integrity, library, migrations
 from experience_bank.consolidate import NOISE_PP, conflicted_hashes, fact_of, plan
 from experience_bank.errors import BadInput
+from experience_bank.files import jsonl_text
 from experience_bank.hashing import canonical_json, chain_hash, sha256_text
 from experience_bank.library import record_row
 from experience_bank.records import Decision, Event, HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
@@ -79,6 +81,15 @@ def damaged(path: str, exc: Exception) -> BadInput:
     """The one line for a bank file SQLite cannot read."""
     return BadInput(f"bank {path} is not a readable SQLite bank ({exc}): check it with "
                     f"`sqlite3 {path} \"PRAGMA integrity_check\"` and restore it from a copy")
+
+
+def _jsonl_records(path: Path) -> Iterator[Record]:
+    """The records of a JSONL file, parsed strictly a line at a time."""
+    for n, line in jsonl_text(path, "records file"):
+        try:
+            yield parse_record(line)
+        except BadInput as exc:
+            raise BadInput(f"{path} line {n}: {exc}") from None
 
 
 class Bank:
@@ -190,20 +201,15 @@ class Bank:
         return [f.hash for f in facts]
 
     def import_jsonl(self, path: str | Path, *, library_note: str | None = None) -> list[str]:
-        """Parse every line strictly first (BadInput names the line), then import all or nothing."""
+        """Import a JSONL file of records all or nothing, a line at a time (a 1e6-record file is
+        never held whole): a bad line raises BadInput naming it and rolls the import back."""
         if not Path(path).is_file():
             raise BadInput(f"no file {path}: give the path of a JSONL file of records")
-        records = []
-        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(parse_record(line))
-            except BadInput as exc:
-                raise BadInput(f"{path} line {n}: {exc}") from None
-        if not records:
+        records = _jsonl_records(Path(path))
+        first = next(records, None)  # before the write lock: an empty file writes nothing
+        if first is None:
             raise BadInput(f"{path} holds no records: one JSON record per line")
-        return self.import_records(records, library_note=library_note)
+        return self.import_records(itertools.chain([first], records), library_note=library_note)
 
     def get_record(self, record_hash: str) -> Record:
         """The record with this content hash (BadInput if absent)."""

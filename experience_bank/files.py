@@ -1,11 +1,14 @@
-"""Atomic file writes: a file is either its old content or its new content, never half of one."""
+"""Atomic file writes (a file is either its old content or its new content, never half of one),
+and the one reader of JSONL text files, a line at a time."""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from experience_bank.errors import BadInput
 
 
 def write_atomic(path: str | Path, text: str, before_replace: Callable[[], None] | None = None) -> None:
@@ -32,3 +35,23 @@ def write_atomic(path: str | Path, text: str, before_replace: Callable[[], None]
         os.fsync(dfd)  # make the rename itself durable
     finally:
         os.close(dfd)
+
+
+def jsonl_text(path: str | Path, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-blank line, read a line at a time (a 1e6-record file is
+    2 GB: never held whole). Lines end at \n only, so a U+2028 inside a JSON string stays in
+    its line; a line that is not UTF-8 raises BadInput naming it."""
+    offset = 0
+    try:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    raise BadInput(f"{what} {path} line {n} is not UTF-8 (byte {offset + exc.start}: {exc.reason}): "
+                                   "save the file as UTF-8") from None
+                offset += len(raw)
+                if line.strip():
+                    yield n, line
+    except OSError as exc:
+        raise BadInput(f"cannot read {what} {path} ({exc.strerror}): check that the file is readable") from None

@@ -159,6 +159,31 @@ def test_import_jsonl_names_line_and_writes_nothing(mem_bank, tmp_path):
     assert mem_bank.record_hashes() == []
 
 
+def test_import_jsonl_streams_lines_and_rolls_back_a_late_bad_one(mem_bank, tmp_path):
+    # A line at a time, in one transaction: 50 good records then a bad line leave nothing, a
+    # U+2028 inside a string stays in its line, CRLF endings and blank lines are fine, and the
+    # first line's error comes before any write.
+    from experience_bank.hashing import canonical_json
+    good = [canonical_json(record(seed=i)) for i in range(50)]
+    odd = canonical_json(record(card_id="S02").model_copy(update={"card": record().card.model_copy(
+        update={"id": "S02", "title": "two\u2028lines"})}))
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(("\r\n".join(good + [odd, ""]) + "\r\n").encode())
+    hashes = mem_bank.import_jsonl(f, library_note="L0")
+    assert len(hashes) == 51 and mem_bank.get_record(hashes[-1]).card.title == "two\u2028lines"
+    assert mem_bank.verify() == []
+    f2 = tmp_path / "bad.jsonl"
+    f2.write_text("\n".join([canonical_json(record(seed=100 + i)) for i in range(50)] + ["{not json"]) + "\n")
+    before = (mem_bank.record_hashes(), mem_bank.current_library_version())
+    with pytest.raises(BadInput, match=r"bad.jsonl line 51: not valid JSON"):
+        mem_bank.import_jsonl(f2, library_note="L1")
+    assert (mem_bank.record_hashes(), mem_bank.current_library_version()) == before
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(BadInput, match="holds no records"):
+        mem_bank.import_jsonl(tmp_path / "empty.jsonl", library_note="L1")
+    assert mem_bank.current_library_version() == before[1]
+
+
 def test_version_readers_stay_exact_when_a_version_is_not_one_rowid_range(mem_bank):
     # Readers take a version's rowid span with no sort; were another version's rows inside that
     # span (only raw SQL can do it), the version filter must still keep them out, in order.

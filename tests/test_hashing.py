@@ -119,3 +119,32 @@ def test_nan_in_a_plain_value_is_still_refused():
     # Plain values never take the orjson path, which would write NaN as null.
     with pytest.raises(ValueError):
         hashing._encode({"x": float("nan")}, validated=False)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(jsonish)
+def test_loads_strict_reads_canonical_text_as_the_strict_parser_does(value):
+    # A canonical text (what the bank stores and exports) takes orjson's path; the value must be
+    # the one the strict parser gives, and a text orjson would read otherwise must not take it.
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        strict = hashing.loads_strict(" " + text)  # the leading space: never canonical, the strict parser
+    except BadInput:
+        with pytest.raises(BadInput):
+            hashing.loads_strict(text)
+        return
+    assert hashing.loads_strict(text) == strict
+    assert json.dumps(hashing.loads_strict(text), sort_keys=True) == json.dumps(strict, sort_keys=True)
+
+
+@pytest.mark.parametrize("text", ['{"a":1,"a":2}', "[9223372036854775808]", "[18446744073709551616]",
+                                  "[1e400]", '["\\ud800"]', "[1e-05]", "[" * 101 + "]" * 101])
+def test_texts_orjson_reads_otherwise_are_left_to_the_strict_parser(text):
+    # Duplicate keys (orjson keeps the last), integers past 64 bits (orjson reads up to 2**64 - 1,
+    # then floats), overflow, surrogates, exponent floats and deep nesting: none takes the fast path.
+    assert hashing._canonical_value(text) is None
+    if text != "[1e-05]":
+        with pytest.raises(BadInput):
+            hashing.loads_strict(text)
+    else:
+        assert hashing.loads_strict(text) == [1e-05]

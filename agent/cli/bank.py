@@ -7,7 +7,7 @@ import json
 import sqlite3
 import sys
 
-from agent.inputs import check_bank_file, check_out_file, jsonl_lines
+from agent.inputs import check_bank_file, check_jsonl, check_out_file
 from experience_bank import heads
 from experience_bank.bank import Bank, damaged
 from experience_bank.files import write_atomic
@@ -22,7 +22,7 @@ def bank_init(args) -> int:
 
 
 def bank_import(args) -> int:
-    jsonl_lines(args.file, "records file")  # encoding and JSON checked before the bank is opened
+    check_jsonl(args.file, "records file")  # encoding and JSON checked before the bank is opened
     with Bank.open(args.bank) as bank:
         hashes = bank.import_jsonl(args.file, library_note=f"import {args.file}")
         print(f"imported {len(hashes)} records; library version {bank.current_library_version()}")
