@@ -1,16 +1,20 @@
 """Batched greedy generation vs a per-example loop, at the loop's evaluation sizes, in one run.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/generation.py [--n 64] [--batch-size 32] [--threads 1] [--model DIR]
+    .venv/bin/python bench/generation.py [--config runs/default.yaml] [--n N] [--batch-size B]
+        [--threads T] [--model DIR]
 
-Without --model it loads the cached default world's base model (`ensure_world("default")`; the
-first call builds it). For every suite the loop evaluates, the same `n` validation prompts go
-through `evaluators.generate.generate` twice, at `--batch-size` and at batch 1, with the
-suite's own max_new_tokens (`evaluators.evaluation.MAX_NEW_TOKENS`, what the loop uses). It
-prints per suite and in total: seconds, the ratio per-example / batched, how many generations
-agree, and the share of batched decode slots that were real tokens (a batch decodes until its
-longest row stops, so rows that stopped early are padding), and the share of the per-example
-CPU time that is prefill (the same loop at max_new_tokens=1): prefill is matmul-bound already
-at batch 1, so batching cannot speed it up much; these two bound the ratio.
+The defaults are what `agent run --config runs/default.yaml` evaluates with (`build_config`):
+each suite's item count (`suite_n`: 200 IFEval prompts, 210 CapTrack probes, `eval_n` for the
+task suites), `eval_batch_size` and `torch_threads`; `--n` gives every suite the same count. Without --model it loads
+the cached default world's base model (`ensure_world("default")`; the first call builds it).
+For every suite the loop evaluates, the same validation prompts go through
+`evaluators.generate.generate` twice, at the batch size and at batch 1, with the suite's own
+max_new_tokens (`evaluators.evaluation.MAX_NEW_TOKENS`, what the loop uses). It prints per
+suite and in total: seconds, the ratio per-example / batched, how many generations agree, and
+the share of batched decode slots that were real tokens (a batch decodes until its longest row
+stops, so rows that stopped early are padding), and the share of the per-example CPU time that
+is prefill (the same loop at max_new_tokens=1): prefill is matmul-bound already at batch 1, so
+batching cannot speed it up much; these two bound the ratio.
 """
 
 from __future__ import annotations
@@ -83,13 +87,19 @@ def print_table(rows: list[dict]) -> None:
 
 
 def main() -> int:
+    from agent.config import build_config
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=64, help="items per suite (the loop's eval_n default)")
-    ap.add_argument("--batch-size", type=int, default=32, help="the loop's eval_batch_size default")
+    ap.add_argument("--config", default="runs/default.yaml", help="the run config whose evaluation settings to use")
+    ap.add_argument("--n", type=int, default=None, help="items per suite (default: the config's suite_n of each)")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the config's eval_batch_size")
     ap.add_argument("--model", default=None)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None, help="default: the config's torch_threads")
     ap.add_argument("--suites", nargs="*", default=None)
     args = ap.parse_args()
+    loop = build_config(args.config)
+    args.batch_size = args.batch_size or loop.eval_batch_size
+    args.threads = args.threads or loop.torch_threads
 
     import torch
 
@@ -99,10 +109,10 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     loaded = models.load(args.model or default_model())
     generate(loaded, [[{"role": "user", "content": "hi"}]] * 2, batch_size=2, max_new_tokens=4)  # warm-up
-    rows = [bench_suite(loaded, s, args.n, args.batch_size) for s in (args.suites or tasks.TASKS)]
+    rows = [bench_suite(loaded, s, args.n or loop.suite_n(s), args.batch_size) for s in (args.suites or tasks.TASKS)]
     params = sum(p.numel() for p in loaded[0].parameters())
-    print(f"model {params / 1e6:.2f}M params, {args.n} prompts per suite, batch {args.batch_size}, "
-          f"{args.threads} thread(s)")
+    sizes = f"{args.n} prompts per suite" if args.n else "the loop's prompts per suite"
+    print(f"model {params / 1e6:.2f}M params, {sizes}, batch {args.batch_size}, {args.threads} thread(s)")
     print_table(rows)
     return 0
 
