@@ -88,6 +88,7 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> int:
     from agent.config import build_config
+    from experience_bank.errors import BadInput
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="runs/default.yaml", help="the run config whose evaluation settings to use")
@@ -97,7 +98,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="default: the config's torch_threads")
     ap.add_argument("--suites", nargs="*", default=None)
     args = ap.parse_args()
-    loop = build_config(args.config)
+    try:
+        loop = build_config(args.config)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args.batch_size = args.batch_size or loop.eval_batch_size
     args.threads = args.threads or loop.torch_threads
 
