@@ -9,10 +9,10 @@ entries and header (flags, missing artefacts, replicate members) and the chain o
 hash recomputed (`heads.py`). Every SQLite error becomes a problem line naming the file,
 the table and the last row read, never a traceback.
 
-A bank on disk is checked by two threads, each on its own read-only connection: SQLite
-releases the GIL while it steps, so its integrity check and its JSON parses run beside
-Python's hashing (a 1e6-record bank: see bench/bank_scale.py). Problem lines come out in
-the same order as from one thread.
+On a bank on disk the checks that are SQL alone (SQLite's integrity check, the references)
+run in a thread on a second, read-only connection: SQLite releases the GIL while it steps,
+so they run beside the Python passes (a 1e6-record bank: see bench/bank_scale.py). Problem
+lines come out in the same order as from one thread.
 
 Out of scope: `records.written_at` and `_migrations.applied_at`, which nothing reads. `deep=True` also
 re-parses every body through the typed records and requires it to re-serialise byte for byte.
@@ -155,27 +155,25 @@ def _schema(db: Database, at: _At) -> list[str]:
 
 
 _RECORD_SCAN = ("SELECT rowid, hash, CAST(body AS BLOB), {extract}, json_array(kind, card_id), source_hash "
-                "FROM records{where} ORDER BY rowid")
+                "FROM records ORDER BY rowid")
 _EXTRACT = "json_extract(body, '$.kind', '$.card.id', '$.source')"
 
 
-def _records(db: Database, at: _At, rows: tuple[int, int] | None = None) -> list[str]:
-    """One streaming pass (over a rowid range): the stored bytes' hash, and the duplicated
-    columns from one JSON parse."""
+def _records(db: Database, at: _At) -> list[str]:
+    """One streaming pass: the stored bytes' hash, and the duplicated columns from one JSON parse."""
     at.table = "records"
     try:
-        return _record_pass(db, at, _EXTRACT, rows)
+        return _record_pass(db, at, _EXTRACT)
     except sqlite3.OperationalError as exc:
         if "malformed JSON" not in str(exc):
             raise
     # Some body is not JSON: scan again, guarding each parse (slower, only on a damaged bank).
-    return _record_pass(db, at, f"CASE WHEN json_valid(body) THEN {_EXTRACT} END", rows)
+    return _record_pass(db, at, f"CASE WHEN json_valid(body) THEN {_EXTRACT} END")
 
 
-def _record_pass(db: Database, at: _At, extract: str, rows: tuple[int, int] | None) -> list[str]:
+def _record_pass(db: Database, at: _At, extract: str) -> list[str]:
     bad = []
-    where, args = ("", []) if rows is None else (" WHERE rowid BETWEEN ? AND ?", list(rows))
-    for n, h, body, fields, columns, source_hash in db.execute(_RECORD_SCAN.format(extract=extract, where=where), args):
+    for n, h, body, fields, columns, source_hash in db.execute(_RECORD_SCAN.format(extract=extract)):
         at.row = n
         if hashlib.sha256(body).hexdigest() != h:
             bad.append(f"records row {n}: record {h} does not match its stored hash")
