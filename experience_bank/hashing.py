@@ -181,16 +181,16 @@ def _canonical_value(text: str) -> Any | None:
         out = orjson.dumps(value, option=_ORJSON | orjson.OPT_STRICT_INTEGER)
     except (ValueError, TypeError):  # orjson.JSONDecodeError / JSONEncodeError
         return None
-    if _maybe_not_repr(out) or out != text.encode("utf-8", "surrogatepass"):
-        return None
-    return value
+    # Equal bytes: the text is orjson's own writing of the value (exponent floats included), and
+    # both parsers round every number text to the same double.
+    return value if out == text.encode("utf-8", "surrogatepass") else None
 
 
 def loads_strict(text: str) -> Any:
     """json.loads that refuses duplicate keys, NaN/Infinity, overflowing numbers, integers beyond
     64 bits, nesting deeper than MAX_DEPTH and unpaired surrogates (every one raises BadInput).
-    A canonical text (a stored or exported record) takes orjson's path to the same value: 20x
-    faster, which is what importing or verifying 1e6 records is made of."""
+    A canonical text (a stored or exported record) takes orjson's path to the same value: 15x
+    faster on a 1.9 KB record (6.6 us against 98), which is what importing 1e6 records is made of."""
     if not isinstance(text, str):
         raise BadInput(f"JSON input must be text, got {type(text).__name__}: decode it as UTF-8 first")
     if (value := _canonical_value(text)) is not None:
