@@ -55,10 +55,12 @@ def episode_genesis(episode_id: str, manifest_hash: str, library_version: int) -
     return content_hash({"episode_id": episode_id, "manifest_hash": manifest_hash, "library_version": library_version})
 
 
-def _reader(path: str) -> Database:
+def _reader(path: str, like: Database) -> Database:
+    """A read-only connection to the bank, with the mmap size of the bank's own (`bank.MMAP_BYTES`)."""
     uri = Path(path).resolve().as_uri() + "?mode=ro"  # percent-encoded: a path may hold '?' or '#'
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA mmap_size={1 << 34}")
+    (mmap,) = like.execute("PRAGMA mmap_size").fetchone()
+    conn.execute(f"PRAGMA mmap_size={int(mmap)}")
     return Database(conn)
 
 
@@ -68,7 +70,7 @@ def _run(checks: list, db: Database, path: str) -> list[list[str]]:
     long step with the GIL released, so they cost no wall-clock beside the Python passes
     (a third of the work at 1e6 records)."""
     try:
-        reader = None if path == ":memory:" else _reader(path)
+        reader = None if path == ":memory:" else _reader(path, db)
     except sqlite3.DatabaseError:  # no second connection (say a read-only folder without -shm): in turn
         reader = None
     if reader is None:

@@ -206,14 +206,14 @@ def test_verify_on_two_connections_finds_what_one_finds(tmp_path, monkeypatch):
     threads = []
     real = integrity._reader
 
-    def reader(p):
+    def reader(p, like):
         threads.append(p)
-        return real(p)
+        return real(p, like)
     monkeypatch.setattr(integrity, "_reader", reader)
     with Bank.open(path) as bank:
         two = bank.verify()
         assert threads == [str(path)]
-        monkeypatch.setattr(integrity, "_reader", lambda p: (_ for _ in ()).throw(sqlite3.OperationalError("no")))
+        monkeypatch.setattr(integrity, "_reader", lambda p, like: (_ for _ in ()).throw(sqlite3.OperationalError("no")))
         one = bank.verify()
     assert two == one
     assert any(f"refers to missing record {victim}" in line for line in two)
