@@ -11,8 +11,9 @@ For every suite the loop evaluates, the same validation prompts go through
 `evaluators.generate.generate` twice, at the batch size and at batch 1, with the suite's own
 max_new_tokens (`evaluators.evaluation.MAX_NEW_TOKENS`, what the loop uses). It prints per
 suite and in total: seconds, the ratio per-example / batched, how many generations agree, and
-the share of batched decode slots that were real tokens (a batch decodes until its longest row
-stops, so rows that stopped early are padding), and the share of the per-example CPU time that
+the share of batched decode slots that were real tokens (counted by a forward hook: a row that
+has stopped rides along as padding until its batch next drops stopped rows, every
+`evaluators.generate.PRUNE_EVERY` tokens), and the share of the per-example CPU time that
 is prefill (the same loop at max_new_tokens=1): prefill is matmul-bound already at batch 1, so
 batching cannot speed it up much; these two bound the ratio.
 """
@@ -41,14 +42,21 @@ def timed(fn):
     return out, time.perf_counter() - w0, time.process_time() - c0
 
 
-def useful_share(tok, gens: list[str], lengths: list[int], batch_size: int, max_new: int) -> float:
-    """Real tokens over decoded slots, about: each row's tokens (+1 for its stop token, capped at
-    max_new) over batch size x the longest row, for batches formed as generate() forms them."""
-    from evaluators.generate import length_batches
+def counted(net, fn):
+    """(fn(), decoded slots): every forward pass produces one token per batch row, counted by a
+    forward pre-hook (a row that has stopped but is still in the batch fills a slot too)."""
+    slots = [0]
+    hook = net.register_forward_pre_hook(lambda m, a, kw: slots.__setitem__(0, slots[0] + kw["input_ids"].shape[0]),
+                                         with_kwargs=True)
+    try:
+        return fn(), slots[0]
+    finally:
+        hook.remove()
 
-    real = [min(len(tok(g, add_special_tokens=False)["input_ids"]) + 1, max_new) for g in gens]
-    slots = sum(len(b) * max(real[i] for i in b) for b in length_batches(lengths, batch_size))
-    return sum(real) / slots
+
+def useful_share(tok, gens: list[str], slots: int, max_new: int) -> float:
+    """Real tokens (each row's, +1 for its stop token, capped at max_new) over decoded slots."""
+    return sum(min(len(tok(g, add_special_tokens=False)["input_ids"]) + 1, max_new) for g in gens) / slots
 
 
 def bench_suite(loaded, suite: str, n: int, batch_size: int) -> dict:
@@ -58,16 +66,14 @@ def bench_suite(loaded, suite: str, n: int, batch_size: int) -> dict:
 
     prompts = [x["messages"] for x in tasks.items(suite, "validation", 0, n)]
     max_new = MAX_NEW_TOKENS[suite.split("/")[0]]
-    batched, t_b, c_b = timed(lambda: generate(loaded, prompts, batch_size=batch_size, max_new_tokens=max_new))
+    (batched, slots), t_b, c_b = timed(lambda: counted(loaded[0], lambda: generate(
+        loaded, prompts, batch_size=batch_size, max_new_tokens=max_new)))
     single, t_1, c_1 = timed(lambda: generate(loaded, prompts, batch_size=1, max_new_tokens=max_new))
     _, _, c_prefill = timed(lambda: generate(loaded, prompts, batch_size=1, max_new_tokens=1))
-    tok = loaded[1]
-    lengths = [len(tok(tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
-                       add_special_tokens=False)["input_ids"]) for p in prompts]
     return {"suite": suite, "n": len(prompts), "max_new": max_new, "batched_s": t_b, "per_example_s": t_1,
             "batched_cpu": c_b, "per_example_cpu": c_1, "prefill_share": c_prefill / c_1,
             "agree": sum(a == b for a, b in zip(batched, single)),
-            "useful": useful_share(tok, batched, lengths, batch_size, max_new)}
+            "useful": useful_share(loaded[1], batched, slots, max_new)}
 
 
 def print_table(rows: list[dict]) -> None:

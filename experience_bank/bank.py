@@ -195,7 +195,8 @@ class Bank:
                 yield row
 
         with self._write() as db:
-            db.conn.executemany(library.INSERT_RECORD, rows())
+            with migrations.bulk_insert(db, "records"):
+                db.conn.executemany(library.INSERT_RECORD, rows())
             if library_note is not None:
                 self._insert_version(library.version_facts(db, self.current_library_version()) + facts, library_note)
         return [f.hash for f in facts]

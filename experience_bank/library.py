@@ -17,7 +17,7 @@ from typing import Iterable
 from pydantic import TypeAdapter
 from sqlite_utils import Database
 
-from experience_bank import chains
+from experience_bank import chains, migrations
 from experience_bank.consolidate import Fact, Planned
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, canonical_json_and_part, sha256_text
@@ -30,8 +30,12 @@ FACT_COLUMNS = ("r.hash, r.kind, r.card_id, r.source_hash, "
 
 
 _STORED = TypeAdapter(Record)
-INSERT_RECORD = ("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                 "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)")
+# An identical record is skipped; a different body under a stored hash (a damaged row) becomes
+# an UPDATE, which the frozen table refuses: so this statement needs no no-replace trigger
+# (migrations.bulk_insert) to keep a stored record from being replaced.
+INSERT_RECORD = ("INSERT INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                 "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at) "
+                 "ON CONFLICT (hash) DO UPDATE SET body = excluded.body WHERE body IS NOT excluded.body")
 
 
 def parse_stored(body: str | bytes) -> Record:
@@ -123,8 +127,9 @@ def insert_version(db: Database, entries: list[tuple[str, bool, tuple[str, ...]]
         if h not in seen:
             seen.add(h)
             rows.append((version, h, int(conflicted), json.dumps(list(missing))))
-    db.conn.executemany("INSERT INTO library_entries (version, record_hash, conflicted, missing) VALUES (?, ?, ?, ?)",
-                        rows)
+    with migrations.bulk_insert(db, "library_entries"):  # every key is new: a new version, no repeats
+        db.conn.executemany("INSERT INTO library_entries (version, record_hash, conflicted, missing) "
+                            "VALUES (?, ?, ?, ?)", rows)
     head = chains.insert_version(db, {"version": version, "base_version": base, "episode_id": episode_id,
                                       "note": note, "created_at": now()})
     return version, head

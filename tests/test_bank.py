@@ -72,6 +72,45 @@ def test_library_versions_stay_readable(mem_bank):
         mem_bank.create_library_version([sha("nothing")], "bad")
 
 
+def _schema(bank):
+    from experience_bank import integrity
+    return integrity._schema_of(bank.db)
+
+
+def test_bulk_import_lifts_the_no_replace_triggers_only_inside_its_transaction(mem_bank):
+    # The import and its library version drop their tables' no-replace triggers for the insert:
+    # afterwards the schema is the migrations' again, whether the import committed or rolled back.
+    from experience_bank import integrity, migrations
+    want = integrity.expected_schema()
+    assert _schema(mem_bank) == want
+    mem_bank.import_records([record(seed=i) for i in range(5)], library_note="L0")
+    assert _schema(mem_bank) == want
+    bad = [record(seed=10), record(seed=11), "not a record"]
+    with pytest.raises(BadInput, match="item 2 is a str"):
+        mem_bank.import_records(bad, library_note="L1")
+    assert _schema(mem_bank) == want and mem_bank.current_library_version() == 0
+    assert len(mem_bank.record_hashes()) == 5 and mem_bank.verify() == []
+    with pytest.raises(RuntimeError, match="open write transaction"):
+        with migrations.bulk_insert(mem_bank.db, "records"):
+            pass
+    assert _schema(mem_bank) == want
+
+
+def test_bulk_import_still_refuses_a_different_body_under_a_stored_hash(mem_bank):
+    # A damaged row (another body under r's hash, written by raw SQL: a new key passes the
+    # triggers) is not replaced by importing r: the upsert turns it into an UPDATE, refused.
+    from experience_bank import library
+    r = record()
+    row = library.record_row(r, "t")
+    mem_bank.db.execute("INSERT INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                        "VALUES (?, ?, ?, ?, '{}', 't')", [row["hash"], row["kind"], row["card_id"], row["source_hash"]])
+    before = _schema(mem_bank)
+    with pytest.raises(sqlite3.IntegrityError, match="records rows are frozen: UPDATE refused"):
+        mem_bank.import_records([r, record(seed=3)], library_note="L0")
+    assert mem_bank.db.execute("SELECT body FROM records").fetchall() == [("{}",)]
+    assert _schema(mem_bank) == before and mem_bank.current_library_version() == 0
+
+
 def test_import_with_note_extends_current_version(mem_bank):
     a = mem_bank.import_records([record("S01")], library_note="first")[0]
     b = mem_bank.import_records([record("S02")], library_note="second")[0]

@@ -167,10 +167,13 @@ def test_batched_equals_per_example_on_the_test_world(test_world_model):
     assert batched == single and len(set(batched)) > 4  # identical, and not one degenerate answer
 
 
-def test_rows_stop_at_im_end_and_the_batch_ends_when_all_stopped(test_world_model):
+def test_rows_stop_at_im_end_and_leave_the_batch_once_stopped(test_world_model, monkeypatch):
     """With room for 200 tokens, each batch runs only until its longest row emits <|im_end|>,
-    and every decode step feeds one token (the KV cache is on, whatever config.use_cache says)."""
-    from evaluators.generate import length_batches, stop_ids
+    every decode step feeds one token (the KV cache is on, whatever config.use_cache says), and
+    a row that has stopped leaves the batch within PRUNE_EVERY tokens; the texts are those of one
+    generate() call over the whole batch."""
+    from evaluators import generate as gen_module
+    from evaluators.generate import PRUNE_EVERY, length_batches, stop_ids
 
     net, tok = test_world_model
     assert tok.convert_tokens_to_ids("<|im_end|>") in stop_ids(net, tok)
@@ -183,14 +186,24 @@ def test_rows_stop_at_im_end_and_the_batch_ends_when_all_stopped(test_world_mode
         hook.remove()
     lengths = [len(tok(g, add_special_tokens=False)["input_ids"]) for g in gens]
     assert max(lengths) < 150  # every row stopped on its own
-    prefills = [s for s in inputs if s[1] > 1]
-    assert len(prefills) == 2 and all(s[0] == 4 for s in inputs)  # one prefill per batch, then one token a step
+    prefills = [i for i, s in enumerate(inputs) if s[1] > 1]
+    assert len(prefills) == 2 and all(inputs[i][0] == 4 for i in prefills)  # one prefill per batch
+    assert all(s[1] == 1 for i, s in enumerate(inputs) if i not in prefills)  # then one token a step
+    for a, b in zip(prefills, prefills[1:] + [len(inputs)]):
+        sizes = [s[0] for s in inputs[a:b]]
+        assert sizes == sorted(sizes, reverse=True)  # rows only ever leave a batch
     prompt_lens = [len(tok(tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
                            add_special_tokens=False)["input_ids"]) for p in prompts]
     batches = length_batches(prompt_lens, 4)
     # a batch decodes until its longest row's stop token, within a token of re-tokenising its text
     expected = sum(max(lengths[i] for i in b) + 1 for b in batches)
     assert abs(len(inputs) - expected) <= 2 and len(inputs) < 2 * 200
+    # each row rides along at most to the end of the chunk it stopped in (+2: its stop token and
+    # re-tokenising), not to its batch's longest row
+    slots = sum(s[0] for s in inputs)
+    assert slots <= sum(PRUNE_EVERY * -(-(n + 2) // PRUNE_EVERY) for n in lengths) < 4 * len(inputs)
+    monkeypatch.setattr(gen_module, "PRUNE_EVERY", 10_000)  # one generate() call per batch
+    assert generate(test_world_model, prompts, batch_size=4, max_new_tokens=200) == gens
 
 
 def test_length_batches_sort_by_length_and_cover_every_row():
@@ -198,3 +211,23 @@ def test_length_batches_sort_by_length_and_cover_every_row():
 
     out = length_batches([5, 1, 9, 3, 7], 2)
     assert out == [[1, 3], [0, 4], [2]]
+
+
+def test_a_model_whose_cache_cannot_drop_rows_decodes_each_batch_in_one_call(tiny):
+    # A static cache (set in the model's generation config) has no rows to drop: every forward
+    # keeps the whole batch, and the texts are those of the pruning path.
+    from evaluators.generate import _dynamic_cache
+
+    net, tok = models.load(tiny)
+    prompts = [x["messages"] for x in tasks.items("captrack", "test", 0, n=4)]
+    assert _dynamic_cache(net) is not None
+    pruned = generate((net, tok), prompts, batch_size=4, max_new_tokens=12)
+    net.generation_config.cache_implementation = "static"
+    assert _dynamic_cache(net) is None
+    sizes = []
+    hook = net.register_forward_pre_hook(lambda m, a, kw: sizes.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        whole = generate((net, tok), prompts, batch_size=4, max_new_tokens=12)
+    finally:
+        hook.remove()
+    assert whole == pruned and sizes and set(sizes) == {4}
