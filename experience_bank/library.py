@@ -30,12 +30,23 @@ FACT_COLUMNS = ("r.hash, r.kind, r.card_id, r.source_hash, "
 
 
 _STORED = TypeAdapter(Record)
-# An identical record is skipped; a different body under a stored hash (a damaged row) becomes
-# an UPDATE, which the frozen table refuses: so this statement needs no no-replace trigger
-# (migrations.bulk_insert) to keep a stored record from being replaced.
-INSERT_RECORD = ("INSERT INTO records (hash, kind, card_id, source_hash, body, written_at) "
-                 "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at) "
-                 "ON CONFLICT (hash) DO UPDATE SET body = excluded.body WHERE body IS NOT excluded.body")
+INSERT_RECORD = ("INSERT OR IGNORE INTO records (hash, kind, card_id, source_hash, body, written_at) "
+                 "VALUES (:hash, :kind, :card_id, :source_hash, :body, :written_at)")
+
+
+def refuse_replaced(db: Database, hashes: list[str], last_rowid: int) -> None:
+    """The no-replace trigger's check, for an import that skipped some rows while it ran without
+    it (migrations.bulk_insert): a record stored before the import (rowid <= last_rowid) under an
+    imported hash must be that record. The imported body hashes to its key, so the stored one is
+    the same exactly when it hashes to its key too."""
+    for i in range(0, len(hashes), 500):
+        chunk = hashes[i:i + 500]
+        rows = db.execute(f"SELECT hash, CAST(body AS BLOB) FROM records WHERE rowid <= ? AND hash IN "
+                          f"({', '.join('?' * len(chunk))})", [last_rowid, *chunk])
+        for h, body in rows:
+            if hashlib.sha256(body).hexdigest() != h:
+                raise BadInput(f"record {h} is stored with another body, so importing it would replace it: "
+                               "the bank is damaged; run `agent bank verify` and restore it from a copy")
 
 
 def parse_stored(body: str | bytes) -> Record:

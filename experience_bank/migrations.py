@@ -134,8 +134,8 @@ def bulk_insert(db: Database, table: str) -> Iterator[None]:
 
     The trigger looks every new key up again, about 8 us an insert: 17 s of a 1e6-record import
     with its library version. The bank's own bulk inserts cannot need it (a record's key is its
-    body's hash, and INSERT_RECORD's upsert refuses a differing body itself; a library version's
-    entries come under a new version number). Nobody sees the table unguarded: DDL is part of
+    body's hash, and the import checks the rows it skipped, `library.refuse_replaced`; a library
+    version's entries come under a new version number). Nobody sees the table unguarded: DDL is part of
     the transaction, other writers wait for the write lock, and an error or kill -9 rolls the
     drop back with the rows (the caller's transaction rolls back on any exception, so the
     trigger is re-created only on the way out of a block that succeeded)."""

@@ -98,17 +98,23 @@ def test_bulk_import_lifts_the_no_replace_triggers_only_inside_its_transaction(m
 
 def test_bulk_import_still_refuses_a_different_body_under_a_stored_hash(mem_bank):
     # A damaged row (another body under r's hash, written by raw SQL: a new key passes the
-    # triggers) is not replaced by importing r: the upsert turns it into an UPDATE, refused.
+    # triggers) is not replaced by importing r, nor silently kept: the import is refused whole.
+    # An identical stored record, and a record twice in one import, are skipped as before.
     from experience_bank import library
-    r = record()
+    r, r3 = record(), record(seed=3)
     row = library.record_row(r, "t")
     mem_bank.db.execute("INSERT INTO records (hash, kind, card_id, source_hash, body, written_at) "
                         "VALUES (?, ?, ?, ?, '{}', 't')", [row["hash"], row["kind"], row["card_id"], row["source_hash"]])
     before = _schema(mem_bank)
-    with pytest.raises(sqlite3.IntegrityError, match="records rows are frozen: UPDATE refused"):
-        mem_bank.import_records([r, record(seed=3)], library_note="L0")
+    with pytest.raises(BadInput, match=f"record {row['hash']} is stored with another body"):
+        mem_bank.import_records([r3, r3, r], library_note="L0")
     assert mem_bank.db.execute("SELECT body FROM records").fetchall() == [("{}",)]
     assert _schema(mem_bank) == before and mem_bank.current_library_version() == 0
+    mem_bank.db.execute("DROP TRIGGER records_no_delete")
+    mem_bank.db.execute("DELETE FROM records")
+    h = mem_bank.import_records([r3])
+    assert mem_bank.import_records([r3, r, r3]) == h + [row["hash"], h[0]]
+    assert len(mem_bank.record_hashes()) == 2
 
 
 def test_import_with_note_extends_current_version(mem_bank):
