@@ -1,7 +1,7 @@
 """Batched greedy generation vs a per-example loop, at the loop's evaluation sizes, in one run.
 
     .venv/bin/python bench/generation.py [--config runs/default.yaml] [--n N] [--batch-size B]
-        [--threads T] [--model DIR]
+        [--threads T] [--model DIR] [--suites S ...] [--prune-every K]
 
 The defaults are what `agent run --config runs/default.yaml` evaluates with (`build_config`):
 each suite's item count (`suite_n`: 200 IFEval prompts, 210 CapTrack probes, `eval_n` for the
@@ -103,7 +103,13 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=None, help="default: the config's torch_threads")
     ap.add_argument("--suites", nargs="*", default=None)
+    ap.add_argument("--prune-every", type=int, default=None,
+                    help="tokens between drops of stopped rows (default evaluators.generate.PRUNE_EVERY; "
+                         "a number above every max_new_tokens decodes each batch in one call, as before)")
     args = ap.parse_args()
+    if args.prune_every is not None and args.prune_every < 1:
+        print("error: --prune-every must be >= 1", file=sys.stderr)
+        return 2
     try:
         loop = build_config(args.config)
     except BadInput as exc:
@@ -114,16 +120,19 @@ def main() -> int:
 
     import torch
 
-    from evaluators import models, tasks
+    from evaluators import generate as generation, models, tasks
     from evaluators.generate import generate
 
+    if args.prune_every is not None:
+        generation.PRUNE_EVERY = args.prune_every
     torch.set_num_threads(args.threads)
     loaded = models.load(args.model or default_model())
     generate(loaded, [[{"role": "user", "content": "hi"}]] * 2, batch_size=2, max_new_tokens=4)  # warm-up
     rows = [bench_suite(loaded, s, args.n or loop.suite_n(s), args.batch_size) for s in (args.suites or tasks.TASKS)]
     params = sum(p.numel() for p in loaded[0].parameters())
     sizes = f"{args.n} prompts per suite" if args.n else "the loop's prompts per suite"
-    print(f"model {params / 1e6:.2f}M params, {sizes}, batch {args.batch_size}, {args.threads} thread(s)")
+    print(f"model {params / 1e6:.2f}M params, {sizes}, batch {args.batch_size}, {args.threads} thread(s), "
+          f"stopped rows dropped every {generation.PRUNE_EVERY} tokens")
     print_table(rows)
     return 0
 

@@ -66,7 +66,7 @@ def _decode_batch(net, enc, stop: list[int], pad: int, max_new_tokens: int) -> l
 
     args = dict(do_sample=False, use_cache=True, eos_token_id=stop, pad_token_id=pad)
     ids, mask, prompt = enc["input_ids"], enc["attention_mask"], enc["input_ids"].shape[1]
-    cache = _dynamic_cache(net)
+    cache = None if len(ids) == 1 else _dynamic_cache(net)  # one row has nothing to drop
     if cache is None:
         return list(net.generate(**enc, max_new_tokens=max_new_tokens, **args)[:, prompt:])
     out: list = [None] * len(ids)
