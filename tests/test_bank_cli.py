@@ -46,6 +46,41 @@ def test_bad_import_line_exits_2_and_writes_nothing(bank_file, tmp_path, capsys,
     assert _digest(bank_file) == before
 
 
+def test_a_bad_line_on_a_current_bank_is_refused_by_the_import_itself(bank_file, tmp_path, capsys):
+    # No pre-pass over the file for a current bank: the import's own transaction refuses a late
+    # bad line (here bytes that are not UTF-8) and the bank file is as it was.
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_bytes((GOOD + "\n").encode() * 3 + b'{"kind": "\xff"}\n')
+    before = _digest(bank_file)
+    assert not Bank.would_migrate(bank_file)
+    assert main(["bank", "import", str(jsonl), "--bank", str(bank_file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("agent: error: ") and "line 4" in err and "\n" not in err
+    assert _digest(bank_file) == before
+
+
+def test_an_older_bank_is_not_migrated_for_a_bad_file(tmp_path, capsys):
+    # Opening a schema-4 bank migrates it, so the file is checked whole before the bank is opened.
+    from sqlite_utils import Database
+
+    from experience_bank import migrations
+    path = tmp_path / "old.sqlite"
+    db = Database(sqlite3.connect(path, isolation_level=None))
+    migrations.apply(db, list(migrations.MIGRATIONS[:4]))
+    db.execute("PRAGMA user_version = 4")
+    db.conn.close()
+    before = _digest(path)
+    assert Bank.would_migrate(path) and not Bank.would_migrate(tmp_path / "none.sqlite")
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    bad.write_text(GOOD + "\n{nope\n")
+    assert main(["bank", "import", str(bad), "--bank", str(path)]) == 2
+    assert "line 2" in capsys.readouterr().err and _digest(path) == before
+    good.write_text(GOOD + "\n")
+    assert main(["bank", "import", str(good), "--bank", str(path)]) == 0
+    with Bank.open(path) as bank:
+        assert bank.schema_version() == migrations.SCHEMA_VERSION and len(bank.record_hashes()) == 1
+
+
 @pytest.mark.parametrize("argv", [
     ["bank", "import", "missing.jsonl"],
     ["bank", "list", "--version", "5"],

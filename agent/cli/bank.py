@@ -22,7 +22,10 @@ def bank_init(args) -> int:
 
 
 def bank_import(args) -> int:
-    check_jsonl(args.file, "records file")  # encoding and JSON checked before the bank is opened
+    # The import is one transaction, so a bad line leaves a current bank as it was; but opening an
+    # older bank migrates it first, so then the whole file is checked before (8.3 s of 1e6 lines).
+    if Bank.would_migrate(args.bank):
+        check_jsonl(args.file, "records file")
     with Bank.open(args.bank) as bank:
         hashes = bank.import_jsonl(args.file, library_note=f"import {args.file}")
         print(f"imported {len(hashes)} records; library version {bank.current_library_version()}")
