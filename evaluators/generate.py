@@ -76,7 +76,7 @@ def _decode_batch(net, enc, stop: list[int], pad: int, max_new_tokens: int) -> l
                            return_dict_in_generate=True, **args)
         new = gen.sequences[:, ids.shape[1]:]
         left -= new.shape[1]
-        done = torch.isin(new, stops).any(dim=1) | (left <= 0)
+        done = torch.isin(new, stops).any(dim=1) | (left <= 0 or new.shape[1] == 0)  # 0: nothing more to come
         for j in done.nonzero().flatten().tolist():
             out[live[j]] = gen.sequences[j, prompt:]
         if done.all():

@@ -139,20 +139,6 @@ class Bank:
                                f"`agent bank init --bank {path}`")
         return cls(path)
 
-    @staticmethod
-    def would_migrate(path: str | Path) -> bool:
-        """Whether opening the bank file at `path` would run migrations, found read-only (False for
-        a missing file: opening refuses it; BadInput, as opening would, for a newer or downgraded bank)."""
-        if not Path(path).is_file():
-            return False
-        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            return bool(migrations.pending(Database(conn)))
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-            raise damaged(str(path), exc) from None
-        finally:
-            conn.close()
-
     def close(self) -> None:
         self.db.close()
 

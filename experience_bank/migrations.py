@@ -8,8 +8,10 @@ misread. Never edit or reorder an applied migration: append a new one.
 
 from __future__ import annotations
 
+import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Iterator
 
 from sqlite_utils import Database
@@ -133,12 +135,12 @@ def bulk_insert(db: Database, table: str) -> Iterator[None]:
     trigger: dropped for the block, re-created from `_refuse_conflicts` at its end.
 
     The trigger looks every new key up again, about 8 us an insert: 17 s of a 1e6-record import
-    with its library version. The bank's own bulk inserts cannot need it (a record's key is its
-    body's hash, and the import checks the rows it skipped, `library.refuse_replaced`; a library
-    version's entries come under a new version number). Nobody sees the table unguarded: DDL is part of
-    the transaction, other writers wait for the write lock, and an error or kill -9 rolls the
-    drop back with the rows (the caller's transaction rolls back on any exception, so the
-    trigger is re-created only on the way out of a block that succeeded)."""
+    with its library version. The bank's own bulk inserts cannot need it: a record's key is its
+    body's hash (and the import checks the rows it skipped, `library.refuse_replaced`), and a
+    library version's entries come under a new version number. Nobody sees the table unguarded:
+    DDL is part of the transaction, other writers wait for the write lock, and an error or kill -9
+    rolls the drop back with the rows (the caller's transaction rolls back on any exception, so
+    the trigger is re-created only on the way out of a block that succeeded)."""
     if table not in BULK_TABLES or not db.conn.in_transaction:
         raise RuntimeError(f"bulk_insert({table!r}) needs a table of {BULK_TABLES} and an open write transaction")
     db.execute(f"DROP TRIGGER {_no_replace(table)}")
@@ -225,6 +227,18 @@ def pending(db: Database) -> list[tuple[str, Callable[[Database], None]]]:
     check_not_newer(db)
     check_recorded(db)
     return list(MIGRATIONS[schema_version(db):])
+
+
+def would_migrate(path: str | Path) -> bool:
+    """Whether opening the bank file at `path` would run migrations, found read-only: False for a
+    missing file (opening refuses it), BadInput for a newer or downgraded bank (as opening gives)."""
+    if not Path(path).is_file():
+        return False
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return bool(pending(Database(conn)))
+    finally:
+        conn.close()
 
 
 def apply(db: Database, todo: list[tuple[str, Callable[[Database], None]]]) -> list[str]:

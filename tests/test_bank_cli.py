@@ -52,7 +52,8 @@ def test_a_bad_line_on_a_current_bank_is_refused_by_the_import_itself(bank_file,
     jsonl = tmp_path / "in.jsonl"
     jsonl.write_bytes((GOOD + "\n").encode() * 3 + b'{"kind": "\xff"}\n')
     before = _digest(bank_file)
-    assert not Bank.would_migrate(bank_file)
+    from experience_bank import migrations
+    assert not migrations.would_migrate(bank_file)
     assert main(["bank", "import", str(jsonl), "--bank", str(bank_file)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("agent: error: ") and "line 4" in err and "\n" not in err
@@ -70,7 +71,7 @@ def test_an_older_bank_is_not_migrated_for_a_bad_file(tmp_path, capsys):
     db.execute("PRAGMA user_version = 4")
     db.conn.close()
     before = _digest(path)
-    assert Bank.would_migrate(path) and not Bank.would_migrate(tmp_path / "none.sqlite")
+    assert migrations.would_migrate(path) and not migrations.would_migrate(tmp_path / "none.sqlite")
     bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
     bad.write_text(GOOD + "\n{nope\n")
     assert main(["bank", "import", str(bad), "--bank", str(path)]) == 2

@@ -8,7 +8,7 @@ import sqlite3
 import sys
 
 from agent.inputs import check_bank_file, check_jsonl, check_out_file
-from experience_bank import heads
+from experience_bank import heads, migrations
 from experience_bank.bank import Bank, damaged
 from experience_bank.files import write_atomic
 
@@ -24,7 +24,7 @@ def bank_init(args) -> int:
 def bank_import(args) -> int:
     # The import is one transaction, so a bad line leaves a current bank as it was; but opening an
     # older bank migrates it first, so then the whole file is checked before (8.3 s of 1e6 lines).
-    if Bank.would_migrate(args.bank):
+    if migrations.would_migrate(args.bank):
         check_jsonl(args.file, "records file")
     with Bank.open(args.bank) as bank:
         hashes = bank.import_jsonl(args.file, library_note=f"import {args.file}")
