@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from experience_bank.errors import BadInput
-from experience_bank.files import jsonl_text
+from experience_bank.files import jsonl_text, read_only
 from experience_bank.hashing import loads_strict
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -119,7 +119,7 @@ def _quick_check(file: Path) -> None:
     """SQLite's own structural check, on a read-only, immutable connection (which leaves no
     -wal/-shm files behind and takes no locks)."""
     try:
-        conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        conn = read_only(file, immutable=True)
         try:
             result = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
         finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from experience_bank.errors import BadInput
+from experience_bank.files import read_only
 
 PARTS = {"trial": "trials", "train": "full_runs", "eval": "evaluations"}
 """Ledger kind -> part of the breakdown; the control plane is the remainder."""
@@ -74,13 +75,12 @@ def node_seconds(marks: list[tuple[str, float]]) -> dict[str, dict]:
 def checkpoint_marks(path, episode_id: str) -> list[tuple[str, float]]:
     """(node that ran after the checkpoint, checkpoint timestamp) from an episode's LangGraph
     checkpoint file, in checkpoint order; read-only, so a live episode can read its own."""
-    import sqlite3  # noqa: PLC0415
     from datetime import datetime  # noqa: PLC0415
 
     from agent.episode import strict_serde  # noqa: PLC0415
 
     serde = strict_serde()
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = read_only(path)
     try:
         node_of: dict[str, str] = {}
         for cid, task_path in conn.execute("SELECT checkpoint_id, task_path FROM writes WHERE thread_id = ?",

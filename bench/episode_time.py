@@ -19,11 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experience_bank import files  # noqa: E402
+
 
 def read_only(path: Path) -> sqlite3.Connection:
     if not path.is_file():
         sys.exit(f"episode_time: {path} is missing: pass a finished run directory (runs/ID)")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = files.read_only(path)
     conn.row_factory = sqlite3.Row
     return conn
 

@@ -22,6 +22,7 @@ import sqlite3
 from pathlib import Path
 
 from experience_bank.errors import BadInput
+from experience_bank.files import read_only
 from experience_bank.hashing import loads_strict
 from evaluators.scoring import ifeval_check
 from evaluators.tasks.finance import render_answer
@@ -93,7 +94,7 @@ def tatqa(path: str | Path, n: int | None = None) -> list[dict]:
 
 
 def _schema_text(db: Path) -> str:
-    con = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
+    con = read_only(db)
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
         cols = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')] for t in tables}

@@ -1,9 +1,10 @@
 """Atomic file writes (a file is either its old content or its new content, never half of one),
-and the one reader of JSONL text files, a line at a time."""
+the one reader of JSONL text files, a line at a time, and the one read-only SQLite opener."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,3 +56,12 @@ def jsonl_text(path: str | Path, what: str) -> Iterator[tuple[int, str]]:
                     yield n, line
     except OSError as exc:
         raise BadInput(f"cannot read {what} {path} ({exc.strerror}): check that the file is readable") from None
+
+
+def read_only(path: str | Path, *, immutable: bool = False, **kwargs) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at `path` (kwargs go to sqlite3.connect).
+
+    Through a percent-encoded file: URI, so a path holding '?', '#' or '%' opens that file and
+    not another. `immutable`: no locks and no -wal/-shm files (only for a file nothing writes)."""
+    uri = Path(path).resolve().as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
+    return sqlite3.connect(uri, uri=True, **kwargs)

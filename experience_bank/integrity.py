@@ -24,11 +24,10 @@ import hashlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sqlite_utils import Database
 
-from experience_bank import chains, heads, migrations
+from experience_bank import chains, files, heads, migrations
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, chain_hash, content_hash, loads_strict, sha256_text
 from experience_bank.records import Decision, Event, parse_model, parse_record
@@ -57,8 +56,7 @@ def episode_genesis(episode_id: str, manifest_hash: str, library_version: int) -
 
 def _reader(path: str, like: Database) -> Database:
     """A read-only connection to the bank, with the mmap size of the bank's own (`bank.MMAP_BYTES`)."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro"  # percent-encoded: a path may hold '?' or '#'
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    conn = files.read_only(path, isolation_level=None, check_same_thread=False)
     (mmap,) = like.execute("PRAGMA mmap_size").fetchone()
     conn.execute(f"PRAGMA mmap_size={int(mmap)}")
     return Database(conn)

@@ -8,7 +8,6 @@ misread. Never edit or reorder an applied migration: append a new one.
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Callable, Iterator
 
 from sqlite_utils import Database
 
-from experience_bank import chains
+from experience_bank import chains, files
 from experience_bank.errors import BadInput
 
 # Tables whose rows are frozen once written: the triggers below refuse UPDATE and DELETE.
@@ -234,7 +233,7 @@ def would_migrate(path: str | Path) -> bool:
     missing file (opening refuses it), BadInput for a newer or downgraded bank (as opening gives)."""
     if not Path(path).is_file():
         return False
-    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    conn = files.read_only(path)
     try:
         return bool(pending(Database(conn)))
     finally:
