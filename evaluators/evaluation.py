@@ -74,8 +74,16 @@ def _dump(results: dict[str, SuiteResult]) -> str:
     return canonical_json({k: v.model_dump(mode="json") for k, v in results.items()})
 
 
-def _load(text: str, _dest: Path) -> dict[str, SuiteResult]:
-    return {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
+def _load(text: str, dest: Path) -> dict[str, SuiteResult]:
+    """A stored evaluation, re-derived from the files served into `dest`: each suite rescored
+    from its items and generations must give the stored result (runcache.Mismatch otherwise)."""
+    from experience_bank.runcache import Mismatch  # noqa: PLC0415
+
+    stored = {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
+    for suite, result in stored.items():
+        if suite != result.identity.suite or _rescore(_stem(Path(dest), suite, result.identity.split)) != result:
+            raise Mismatch(f"its stored {suite} result is not what its generations score")
+    return stored
 
 
 def evaluate(model_dir, suites: list[str] | tuple[str, ...], split: str, *, out_dir, backend: str = "transformers",
@@ -124,13 +132,19 @@ def rescore(out_dir) -> dict[str, SuiteResult]:
         raise BadInput(f"no *.identity.json in {out_dir}: expected the folder evaluate() wrote")
     results = {}
     for path in idents:
-        stem = str(path).removesuffix(".identity.json")
-        identity = EvalIdentity.model_validate_json(path.read_text())
-        its = [json.loads(line) for line in Path(f"{stem}.items.jsonl").read_text().splitlines()]
-        text = Path(f"{stem}.generations.jsonl").read_text()
-        ids, gens = parse_generations(text)
-        stored = SuiteResult.model_validate_json(Path(f"{stem}.result.json").read_text())
-        if ids != [x["id"] for x in its] or sha256_text(text) != stored.generations_sha256:
-            raise BadInput(f"{stem}.generations.jsonl does not match its stored result: the run folder was altered")
-        results[identity.suite] = score(identity.suite, its, gens, identity=identity)
+        result = _rescore(Path(str(path).removesuffix(".identity.json")))
+        results[result.identity.suite] = result
     return results
+
+
+def _rescore(stem: Path) -> SuiteResult:
+    """One suite's result recomputed from its stored items and generations (BadInput when the
+    generations are not the ones its stored result was scored on)."""
+    identity = EvalIdentity.model_validate_json(Path(f"{stem}.identity.json").read_text())
+    its = [json.loads(line) for line in Path(f"{stem}.items.jsonl").read_text().splitlines()]
+    text = Path(f"{stem}.generations.jsonl").read_text()
+    ids, gens = parse_generations(text)
+    stored = SuiteResult.model_validate_json(Path(f"{stem}.result.json").read_text())
+    if ids != [x["id"] for x in its] or sha256_text(text) != stored.generations_sha256:
+        raise BadInput(f"{stem}.generations.jsonl does not match its stored result: the run folder was altered")
+    return score(identity.suite, its, gens, identity=identity)

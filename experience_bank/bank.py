@@ -26,7 +26,7 @@ from sqlite_utils import Database
 
 from experience_bank import chains, hashing, heads, integrity, library, migrations
 from experience_bank.consolidate import NOISE_PP, conflicted_hashes, fact_of, plan
-from experience_bank.errors import BadInput
+from experience_bank.errors import BadInput, Busy, WriteFault, write_fault
 from experience_bank.files import jsonl_text
 from experience_bank.hashing import canonical_json, chain_hash, sha256_text
 from experience_bank.library import record_row
@@ -77,8 +77,18 @@ def decision_hash(decision: Decision) -> str:
     return hashing.decision_hash(decision.model_dump(mode="json"))
 
 
-def damaged(path: str, exc: Exception) -> BadInput:
-    """The one line for a bank file SQLite cannot read."""
+_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def damaged(path: str, exc: Exception, wait_s: float = BUSY_TIMEOUT_S) -> BadInput:
+    """The one line for an SQLite error on a bank file: held by another writer, a refused
+    write (full disk, read-only), or a file SQLite cannot read."""
+    if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
+        return Busy(f"bank {path} is held by another process's write (waited {wait_s:g} s): run the command again "
+                    "when that process is done, or wait longer with --wait SECONDS (bank import, bank consolidate)")
+    fault = write_fault(exc, f"bank {path}", then="run the command again (nothing was committed)")
+    if fault is not None:
+        return fault
     return BadInput(f"bank {path} is not a readable SQLite bank ({exc}): check it with "
                     f"`sqlite3 {path} \"PRAGMA integrity_check\"` and restore it from a copy")
 
@@ -95,41 +105,47 @@ def _jsonl_records(path: Path) -> Iterator[Record]:
 class Bank:
     """An experience bank in one SQLite file (or `":memory:"` for tests)."""
 
-    def __init__(self, path: str | Path = ":memory:"):
-        """Connect and bring the schema up to date (BadInput if the bank is newer, downgraded or unreadable)."""
+    def __init__(self, path: str | Path = ":memory:", wait_s: float = BUSY_TIMEOUT_S):
+        """Connect and bring the schema up to date (BadInput if the bank is newer, downgraded or unreadable).
+        `wait_s`: how long a write waits for another process's write transaction."""
         self.path = str(path)
+        self.wait_s = float(wait_s)
         self.base_dir = Path.cwd() if self.path == ":memory:" else Path(self.path).resolve().parent
         self.head_log = None if self.path == ":memory:" else heads.log_path(self.path)
         self._heads: list[dict] = []
         new = self.path != ":memory:" and not Path(self.path).exists()
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = sqlite3.connect(self.path, timeout=self.wait_s, isolation_level=None)
         self.db = Database(conn)
         try:
+            migrations.check_not_newer(self.db)  # before any PRAGMA that could write: a refusal writes nothing
             if new:
                 self.db.execute(f"PRAGMA page_size={PAGE_BYTES}")  # only before the first table exists
             if self.path != ":memory:":
                 self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
-            self.db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            self.db.execute(f"PRAGMA busy_timeout={int(self.wait_s * 1000)}")
             self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             self.db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
             self._migrate()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # not SQLite, or damaged text in its header
             conn.close()
-            raise damaged(self.path, exc) from None
+            raise damaged(self.path, exc, self.wait_s) from None
         except BaseException:
             conn.close()
             raise
 
     @classmethod
-    def init(cls, path: str | Path) -> "Bank":
+    def init(cls, path: str | Path, wait_s: float = BUSY_TIMEOUT_S) -> "Bank":
         """Create a bank (or open an existing one) and run any pending migrations."""
         if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return cls(path)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise write_fault(exc, f"the folder of bank {path}") or exc from None
+        return cls(path, wait_s)
 
     @classmethod
-    def open(cls, path: str | Path) -> "Bank":
+    def open(cls, path: str | Path, wait_s: float = BUSY_TIMEOUT_S) -> "Bank":
         """Open an existing bank; BadInput if it is missing, empty, unreadable or newer than this code."""
         if str(path) != ":memory:":
             if not Path(path).is_file():
@@ -137,7 +153,7 @@ class Bank:
             if Path(path).stat().st_size == 0:
                 raise BadInput(f"bank {path} is an empty file, not a bank: remove it, or create one with "
                                f"`agent bank init --bank {path}`")
-        return cls(path)
+        return cls(path, wait_s)
 
     def close(self) -> None:
         self.db.close()
@@ -152,17 +168,36 @@ class Bank:
     def _write(self) -> Iterator[Database]:
         """One write transaction: BEGIN IMMEDIATE takes the write lock up front, so a
         read-then-write (next seq, next version) cannot interleave with another process.
-        The heads it made are appended to the head log only once the commit is durable."""
-        self.db.execute("BEGIN IMMEDIATE")
+        The heads it made are appended to the head log inside it, just before the COMMIT, so
+        the log and the commit are one all-or-nothing step: a log that cannot be written rolls
+        the transaction back, and a COMMIT that fails takes the log's new lines back. SQLite
+        errors a user can act on (another writer, a full disk) come out as one line."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise damaged(self.path, exc, self.wait_s) from None
         self._heads = []
+        logged = None
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            if self._heads and self.head_log is not None:
+                logged = heads.append(self.head_log, self._heads)
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
+            if logged is not None:
+                heads.undo(self.head_log, logged)
+            line = damaged(self.path, exc, self.wait_s) if isinstance(exc, sqlite3.OperationalError) else None
+            if isinstance(line, (Busy, WriteFault)):
+                raise line from None
             raise
-        self.db.execute("COMMIT")
-        if self._heads and self.head_log is not None:
-            heads.append(self.head_log, self._heads)
+
+    def _rollback(self) -> None:
+        if self.db.conn.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled it back (a failed COMMIT on a full disk)
 
     def _migrate(self) -> None:
         if not migrations.pending(self.db):

@@ -1,8 +1,16 @@
-"""The one error type for bad user input.
+"""The one error type for bad user input, and the one translation of a refused write.
 
 The CLI turns a BadInput into a single line on stderr and exit code 2. The message names the
 problem and the fix; raising it must happen before anything is written.
 """
+
+from __future__ import annotations
+
+import errno
+import re
+import shutil
+import sqlite3
+from pathlib import Path
 
 
 class BadInput(ValueError):
@@ -10,3 +18,64 @@ class BadInput(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+class WriteFault(BadInput):
+    """A write the file system refused (full disk, read-only file system, no permission).
+
+    `exit_code`: 2 when nothing was decided (the command can simply run again), 1 when work
+    was done before it and the command's own resume picks it up."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Busy(BadInput):
+    """Another process holds the bank's write lock for longer than this command waits."""
+
+
+_REASONS = {
+    errno.ENOSPC: ("no space left on device", "free space on that file system (or move it elsewhere)"),
+    errno.EDQUOT: ("disk quota exceeded", "free space within your quota (or move it elsewhere)"),
+    errno.EROFS: ("read-only file system", "give a path on a writable file system"),
+    errno.EACCES: ("permission denied", "give this user write permission there, or give another path"),
+    errno.EPERM: ("operation not permitted", "give this user write permission there, or give another path"),
+}
+_SQLITE = {13: errno.ENOSPC, 8: errno.EROFS}  # SQLITE_FULL, SQLITE_READONLY (and their extended codes)
+
+
+def fault_errno(exc: BaseException) -> int | None:
+    """The errno of a refused write (ENOSPC, EDQUOT, EROFS, EACCES, EPERM) behind `exc`, or None.
+
+    Reads an OSError's errno, a shutil.Error's first failure ('[Errno 28] ...') and SQLite's
+    result code (SQLITE_FULL is a full disk, SQLITE_READONLY a read-only file)."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        found = re.search(r"\[Errno (\d+)\]", str(exc.args[0][0][-1]))
+        code = int(found.group(1)) if found else None
+    elif isinstance(exc, OSError):
+        code = exc.errno
+    elif isinstance(exc, sqlite3.Error):
+        code = _SQLITE.get((getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF)
+    else:
+        code = None
+    return code if code in _REASONS else None
+
+
+def fault_path(exc: BaseException) -> str | None:
+    """The file an OSError (or a shutil.Error's first failure) names, if any."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        return str(exc.args[0][0][1])
+    return getattr(exc, "filename", None)
+
+
+def write_fault(exc: BaseException, path: str | Path | None = None, *, then: str = "run the command again",
+                exit_code: int = 2) -> WriteFault | None:
+    """The one line for a refused write at `path` (default: the file the error names), or None
+    when `exc` is no refused write (then the caller re-raises it)."""
+    code = fault_errno(exc)
+    if code is None:
+        return None
+    reason, fix = _REASONS[code]
+    where = path if path is not None else fault_path(exc) or "a file of this command"
+    return WriteFault(f"cannot write {where} ({reason}): {fix}, then {then}", exit_code)

@@ -9,15 +9,23 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from experience_bank.errors import BadInput
+from experience_bank.errors import BadInput, write_fault
 
 
 def write_atomic(path: str | Path, text: str, before_replace: Callable[[], None] | None = None) -> None:
     """Write `text` to a temporary sibling, fsync it, rename it over `path`, fsync the folder.
 
     A crash at any point leaves the old file (or none) and at most an orphaned temporary
-    file, which is removed when the failure is an exception."""
+    file, which is removed when the failure is an exception. A refused write (full disk,
+    read-only file system, no permission) is a WriteFault naming `path`."""
     path = Path(path)
+    try:
+        _write_atomic(path, text, before_replace)
+    except OSError as exc:
+        raise write_fault(exc, path) or exc from None
+
+
+def _write_atomic(path: Path, text: str, before_replace: Callable[[], None] | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

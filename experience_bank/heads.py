@@ -2,14 +2,16 @@
 
 Hashes inside the database show that nothing was edited behind the triggers' back, but not
 that a whole history was rewritten with every hash recomputed. The head log closes that gap:
-after each committed write, the new head of the library chain or of the episode's journal is
-appended (and fsync'd) to `<bank>.heads`, one JSON object per line. `verify --against LOG`
+each write appends the new head of the library chain or of the episode's journal (fsync'd) to
+`<bank>.heads`, one JSON object per line, inside its transaction just before the COMMIT: a log
+that cannot be written refuses the commit, and a commit that fails takes its lines back. `verify --against LOG`
 then requires every logged head to still be the bank's head at that point of its history.
 
 What it covers and what not: a rewrite anywhere in a logged history (including a middle one
 with every later hash recomputed), a deleted version, entry or journal row. Heads written
-after the log's last line (a crash between the commit and the append, or rows appended by
-something other than the agent) cannot be judged; they are reported as notes. The log itself
+after the log's last line (rows appended by something other than the agent) cannot be judged;
+they are reported as notes. A kill -9 between the log's fsync and the COMMIT leaves a last
+logged head that the bank never got: verify reports it as missing, naming that possibility. The log itself
 is only as safe as the place it is kept: copy `agent bank head`'s output elsewhere to anchor it
 against someone who can rewrite both files.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from experience_bank import chains
-from experience_bank.errors import BadInput
+from experience_bank.errors import BadInput, write_fault
 
 
 def log_path(bank_path: str | Path) -> Path:
@@ -39,19 +41,40 @@ def episode_line(episode_id: str, n: int, head: str) -> dict:
     return {"episode": episode_id, "n": n, "head": head}
 
 
-def append(path: Path, lines: list[dict]) -> None:
-    """Append lines and fsync them (and the folder, when the log is new)."""
+def append(path: Path, lines: list[dict]) -> tuple[int, bool]:
+    """Append lines and fsync them (and the folder, when the log is new); return what `undo`
+    needs. Called inside the write transaction, before its COMMIT: a log that cannot be
+    written (full disk, read-only, no permission) is restored and refuses the commit."""
     new = not path.exists()
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
-        f.flush()
-        os.fsync(f.fileno())
-    if new:
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    size = 0 if new else path.stat().st_size
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+            f.flush()
+            os.fsync(f.fileno())
+        if new:
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        undo(path, (size, new))
+        raise write_fault(exc, f"head log {path}", then="run the command again (nothing was committed)") or exc
+    return size, new
+
+
+def undo(path: Path, mark: tuple[int, bool]) -> None:
+    """Take back an append whose commit did not happen (best effort: the commit's own error is
+    what the caller reports)."""
+    size, new = mark
+    try:
+        if new:
+            path.unlink(missing_ok=True)
+        else:
+            os.truncate(path, size)
+    except OSError:
+        pass
 
 
 def read(path: str | Path) -> list[dict]:
@@ -107,7 +130,7 @@ def compare(db: Database, lines: list[dict]) -> tuple[list[str], list[str]]:
             logged_versions.add(v)
             row = db.execute("SELECT head FROM library_versions WHERE version = ?", [v]).fetchone()
             if row is None:
-                problems.append(f"head log: library version {v} is missing from the bank (deleted)")
+                problems.append(f"head log: library version {v} is missing from the bank (deleted{_killed(db, line)})")
             elif row[0] != line["head"]:
                 problems.append(f"head log: library version {v} differs from its logged head (history rewritten)")
             continue
@@ -116,11 +139,24 @@ def compare(db: Database, lines: list[dict]) -> tuple[list[str], list[str]]:
         stored = _stored_episode_head(db, ep, n)
         if stored is None:
             where = "header" if n == 0 else f"journal entry {n - 1}"
-            problems.append(f"head log: episode {ep} {where} is missing from the bank (deleted)")
+            problems.append(f"head log: episode {ep} {where} is missing from the bank (deleted{_killed(db, line)})")
         elif stored != line["head"]:
             problems.append(f"head log: episode {ep} journal entry {n - 1} differs from its logged head "
                             "(history rewritten)")
     return _dedupe(problems), _unanchored(db, logged_versions, logged_n)
+
+
+def _killed(db: Database, line: dict) -> str:
+    """A missing head past the bank's newest may be a write killed between its log line and
+    its COMMIT rather than a deletion: say so (it stays a problem; only the user can tell)."""
+    if "library" in line:
+        (newest,) = db.execute("SELECT coalesce(max(version), 0) FROM library_versions").fetchone()
+        beyond = line["library"] > newest
+    else:
+        known = db.execute("SELECT 1 FROM episodes WHERE episode_id = ?", [line["episode"]]).fetchone()
+        beyond = known is None or line["n"] > chains.episode_head(db, line["episode"])[0]
+    return ("; or, if this is the log's last line for it, a write killed between the head log and its commit: "
+            "then remove that line") if beyond else ""
 
 
 def _dedupe(lines: list[str]) -> list[str]:

@@ -233,7 +233,9 @@ def would_migrate(path: str | Path) -> bool:
     missing file (opening refuses it), BadInput for a newer or downgraded bank (as opening gives)."""
     if not Path(path).is_file():
         return False
-    conn = files.read_only(path)
+    # With no -wal beside it no writer has it open, so the read can be immutable: a read-only
+    # connection to a WAL bank would otherwise leave -wal/-shm files behind a refusal.
+    conn = files.read_only(path, immutable=not Path(f"{path}-wal").exists())
     try:
         return bool(pending(Database(conn)))
     finally:

@@ -9,14 +9,14 @@ import sys
 
 from agent.inputs import check_bank_file, check_jsonl, check_out_file
 from experience_bank import heads, migrations
-from experience_bank.bank import Bank, damaged
+from experience_bank.bank import BUSY_TIMEOUT_S, Bank, damaged
 from experience_bank.files import write_atomic
 
 DEFAULT_BANK = "runs/bank.sqlite"
 
 
 def bank_init(args) -> int:
-    with Bank.init(args.bank) as bank:
+    with Bank.init(args.bank, wait_s=args.wait) as bank:
         print(f"bank {args.bank}: schema {bank.schema_version()}, library version {bank.current_library_version()}")
     return 0
 
@@ -26,7 +26,7 @@ def bank_import(args) -> int:
     # older bank migrates it first, so then the whole file is checked before (8.3 s of 1e6 lines).
     if migrations.would_migrate(args.bank):
         check_jsonl(args.file, "records file")
-    with Bank.open(args.bank) as bank:
+    with Bank.open(args.bank, wait_s=args.wait) as bank:
         hashes = bank.import_jsonl(args.file, library_note=f"import {args.file}")
         print(f"imported {len(hashes)} records; library version {bank.current_library_version()}")
     return 0
@@ -89,7 +89,7 @@ def bank_head(args) -> int:
 
 
 def bank_consolidate(args) -> int:
-    with Bank.open(args.bank) as bank:
+    with Bank.open(args.bank, wait_s=args.wait) as bank:
         version = bank.consolidate(args.episode)
         print(f"episode {args.episode} -> library version {version} ({len(bank.library_records(version))} records)")
     return 0
@@ -101,15 +101,28 @@ def _bank_checked(func):
         check_bank_file(args.bank)
         try:
             return func(args)
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # damaged after opening: one line
-            raise damaged(args.bank, exc) from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # busy, full or damaged after opening: one line
+            raise damaged(args.bank, exc, getattr(args, "wait", BUSY_TIMEOUT_S)) from None
     return checked
 
 
-def _command(group, name: str, func, example: str, help_text: str) -> argparse.ArgumentParser:
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 86400")
+    return value
+
+
+def _command(group, name: str, func, example: str, help_text: str, writes: bool = False) -> argparse.ArgumentParser:
     p = group.add_parser(name, help=help_text, description=f"{help_text}\n\nexample: {example}",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bank", default=DEFAULT_BANK, help=f"bank file (default {DEFAULT_BANK})")
+    if writes:
+        p.add_argument("--wait", type=_seconds, default=BUSY_TIMEOUT_S, metavar="SECONDS",
+                       help=f"how long to wait for another process's write to the bank (default {BUSY_TIMEOUT_S:g})")
     p.set_defaults(func=_bank_checked(func))
     return p
 
@@ -118,9 +131,9 @@ def register(sub) -> None:
     """Add `agent bank init|import|export|list|show|verify|head|consolidate`."""
     bank = sub.add_parser("bank", help="the experience bank: records, library versions, histories")
     group = bank.add_subparsers(dest="bank_command", required=True, metavar="BANK_COMMAND")
-    _command(group, "init", bank_init, "agent bank init --bank runs/bank.sqlite", "create a bank (idempotent)")
+    _command(group, "init", bank_init, "agent bank init --bank runs/bank.sqlite", "create a bank (idempotent)", writes=True)
     _command(group, "import", bank_import, "agent bank import records.jsonl",
-             "import a JSONL file of records all or nothing, as a new library version").add_argument("file")
+             "import a JSONL file of records all or nothing, as a new library version", writes=True).add_argument("file")
     p = _command(group, "export", bank_export, "agent bank export --version 0 --out library.jsonl",
                  "write a library version's records as JSONL")
     p.add_argument("--version", type=int, default=None, help="library version (default: current)")
@@ -136,4 +149,4 @@ def register(sub) -> None:
     _command(group, "head", bank_head, "agent bank head > heads-copy.jsonl",
              "print the current head of the library chain and of every episode's journal")
     _command(group, "consolidate", bank_consolidate, "agent bank consolidate --episode E1",
-             "build the next library version from a finished episode").add_argument("--episode", required=True)
+             "build the next library version from a finished episode", writes=True).add_argument("--episode", required=True)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sqlite3
 import sys
 import warnings
 
-from experience_bank.errors import BadInput
+from experience_bank.errors import BadInput, write_fault
 
 COMMAND_MODULES = (
     "agent.cli.bank",      # bank init/import/export/list/show/verify/consolidate
@@ -109,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except BadInput as exc:
         print(f"agent: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)  # a WriteFault after decisions: 1 (resumable)
+    except (OSError, sqlite3.Error) as exc:  # a refused write no command translated: still one line
+        fault = write_fault(exc)
+        if fault is None:
+            raise
+        print(f"agent: error: {fault}", file=sys.stderr)
+        return fault.exit_code
 
 
 def entry() -> None:
