@@ -27,7 +27,7 @@ from agent.killpoints import kill_point
 from agent.manifest import Manifest
 from agent.rundir import RunDir
 from agent.state import Ctx, Entry
-from experience_bank.errors import BadInput
+from experience_bank.errors import BadInput, WriteFault, fault_path, write_fault
 
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
@@ -165,6 +165,7 @@ def check_inputs(cfg: RunConfig) -> float:
 
 def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[str, Any]:
     """Run (or resume) one episode; return its final state."""
+    budget_h, manifest = None, None
     if resume:
         run_dir = _run_dir(cfg, resume)
         manifest = run_dir.manifest()
@@ -172,6 +173,25 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
     else:
         budget_h = check_inputs(cfg)
         run_dir = _run_dir(cfg, None)
+    try:
+        return _run(cfg, resume, say, run_dir, budget_h, manifest)
+    except (OSError, sqlite3.Error, WriteFault) as exc:
+        raise _refused(exc, run_dir) from None
+
+
+def _refused(exc: BaseException, run_dir: RunDir) -> BaseException:
+    """A refused write (full disk, read-only, no permission) anywhere in an episode as one line:
+    exit 2 before the manifest is frozen (nothing decided), else exit 1 with the resume command
+    (every step is atomic and checkpointed). Any other error is returned as it was."""
+    fault = exc if isinstance(exc, WriteFault) else write_fault(exc, fault_path(exc) or f"the run directory {run_dir.path}")
+    if fault is None:
+        return exc
+    if run_dir.started():
+        return fault.retold(f"resume with `agent run --resume {run_dir.path}`", 1)
+    return fault.retold("run the command again", 2)
+
+
+def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, manifest) -> dict[str, Any]:
     world, bank = _world_and_bank(cfg, say)
     try:
         if not resume:

@@ -24,11 +24,15 @@ class WriteFault(BadInput):
     """A write the file system refused (full disk, read-only file system, no permission).
 
     `exit_code`: 2 when nothing was decided (the command can simply run again), 1 when work
-    was done before it and the command's own resume picks it up."""
+    was done before it and the command's own resume picks it up (`then` says how)."""
 
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
+    def __init__(self, where: str, reason: str, fix: str, then: str = "run the command again", exit_code: int = 2):
+        super().__init__(f"cannot write {where} ({reason}): {fix}, then {then}")
+        self.where, self.reason, self.fix, self.exit_code = where, reason, fix, exit_code
+
+    def retold(self, then: str, exit_code: int) -> "WriteFault":
+        """The same fault with the caller's next step (a resume command) and exit code."""
+        return WriteFault(self.where, self.reason, self.fix, then, exit_code)
 
 
 class Busy(BadInput):
@@ -78,4 +82,4 @@ def write_fault(exc: BaseException, path: str | Path | None = None, *, then: str
         return None
     reason, fix = _REASONS[code]
     where = path if path is not None else fault_path(exc) or "a file of this command"
-    return WriteFault(f"cannot write {where} ({reason}): {fix}, then {then}", exit_code)
+    return WriteFault(str(where), reason, fix, then, exit_code)
