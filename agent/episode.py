@@ -27,7 +27,7 @@ from agent.killpoints import kill_point
 from agent.manifest import Manifest
 from agent.rundir import RunDir
 from agent.state import Ctx, Entry
-from experience_bank.errors import BadInput, WriteFault, fault_path, write_fault
+from experience_bank.errors import BadInput, Busy, WriteFault, fault_path, write_fault
 
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
@@ -175,14 +175,17 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
         run_dir = _run_dir(cfg, None)
     try:
         return _run(cfg, resume, say, run_dir, budget_h, manifest)
-    except (OSError, sqlite3.Error, WriteFault) as exc:
+    except (OSError, sqlite3.Error, WriteFault, Busy) as exc:
         raise _refused(exc, run_dir) from None
 
 
 def _refused(exc: BaseException, run_dir: RunDir) -> BaseException:
     """A refused write (full disk, read-only, no permission) anywhere in an episode as one line:
     exit 2 before the manifest is frozen (nothing decided), else exit 1 with the resume command
-    (every step is atomic and checkpointed). Any other error is returned as it was."""
+    (every step is atomic and checkpointed). Any other error is returned as it was; a bank held
+    by another writer mid-episode gets the resume command too."""
+    if isinstance(exc, Busy):
+        return Busy(f"{exc}; then resume with `agent run --resume {run_dir.path}`", 1) if run_dir.started() else exc
     fault = exc if isinstance(exc, WriteFault) else write_fault(exc, fault_path(exc) or f"the run directory {run_dir.path}")
     if fault is None:
         return exc

@@ -38,6 +38,10 @@ class WriteFault(BadInput):
 class Busy(BadInput):
     """Another process holds the bank's write lock for longer than this command waits."""
 
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
 
 _REASONS = {
     errno.ENOSPC: ("no space left on device", "free space on that file system (or move it elsewhere)"),
