@@ -76,8 +76,8 @@ def _dump(results: dict[str, SuiteResult]) -> str:
 
 def _load(text: str, dest: Path) -> dict[str, SuiteResult]:
     """A stored evaluation, re-derived from the files served into `dest`: each suite rescored
-    from its items and generations must give the stored result (runcache.Mismatch otherwise)."""
-    from experience_bank.runcache import Mismatch  # noqa: PLC0415
+    from its items and generations must give the stored result (sealing.Mismatch otherwise)."""
+    from experience_bank.sealing import Mismatch  # noqa: PLC0415
 
     stored = {k: SuiteResult.model_validate_json(json.dumps(v)) for k, v in json.loads(text).items()}
     for suite, result in stored.items():

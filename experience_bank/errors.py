@@ -30,7 +30,7 @@ class WriteFault(BadInput):
         super().__init__(f"cannot write {where} ({reason}): {fix}, then {then}")
         self.where, self.reason, self.fix, self.exit_code = where, reason, fix, exit_code
 
-    def retold(self, then: str, exit_code: int) -> "WriteFault":
+    def retold(self, then: str, exit_code: int) -> WriteFault:
         """The same fault with the caller's next step (a resume command) and exit code."""
         return WriteFault(self.where, self.reason, self.fix, then, exit_code)
 

@@ -29,8 +29,8 @@ Guarantees:
   is set, else a sha256), files/ must hold exactly the regular files it lists (a symlink, a
   fifo or an extra file refuses the entry), the copies served are hashed, and the producer's
   `load` re-derives the value from the served files where it can (an evaluation rescored from
-  its generations, a run's result read back from its result.json) and raises `Mismatch` when
-  they disagree. Any failed check is a miss: one warning naming the entry, the entry removed,
+  its generations, a run's result read back from its result.json) and raises `sealing.Mismatch`
+  when they disagree. Any failed check is a miss: one warning naming the entry, the entry removed,
   the key recomputed. Without a secret, someone who can rewrite a whole entry consistently
   (every hash recomputed) can still forge one whose value its files do not re-derive; set the
   secret where the cache folder is shared with writers you do not trust.
@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import hmac
 import json
 import os
 import shutil
-import stat
 import sys
 import time
 import uuid
@@ -61,13 +59,10 @@ from typing import TypeVar
 from experience_bank.errors import BadInput, WriteFault
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash, file_sha256
+from experience_bank.sealing import PROVENANCE, files_sha, seal, walk
 
 T = TypeVar("T")
 
-PROVENANCE = "provenance.json"
-"""Written into every destination the cache served or filled: {cached, wall_seconds, key}."""
-SECRET_ENV = "AGENT_RUN_CACHE_SECRET"
-"""A secret shared by the machines of one cache: entries are then sealed with an HMAC."""
 
 
 def source_version(parts: tuple[str, ...] | list[str]) -> str:
@@ -108,31 +103,6 @@ def was_cached(dest: str | os.PathLike) -> bool:
     return bool(p and p.get("cached"))
 
 
-def _walk(root: Path) -> tuple[dict[str, Path], list[str]]:
-    """(relpath -> path of every regular file, relpaths of everything else) under root, links
-    never followed: a symlink, fifo or device is an extra, whatever it points at."""
-    files: dict[str, Path] = {}
-    extras: list[str] = []
-    for here, dirs, names in os.walk(root, followlinks=False):
-        base = Path(here)
-        for name in list(dirs):
-            if (base / name).is_symlink():
-                dirs.remove(name)
-                extras.append((base / name).relative_to(root).as_posix())
-        for name in names:
-            rel = (base / name).relative_to(root).as_posix()
-            if stat.S_ISREG((base / name).lstat().st_mode):
-                files[rel] = base / name
-            else:
-                extras.append(rel)
-    return files, sorted(extras)
-
-
-def _files(root: Path) -> dict[str, str]:
-    """relpath -> sha256 of every regular file under root (the provenance file excluded)."""
-    return {rel: file_sha256(str(path)) for rel, path in sorted(_walk(root)[0].items()) if rel != PROVENANCE}
-
-
 def _fsync_tree(root: Path) -> None:
     for path in [*sorted(root.rglob("*")), root]:
         fd = os.open(path, os.O_RDONLY)
@@ -150,22 +120,6 @@ def _copy_file(src: str, dst: str) -> None:
         os.link(src, dst, follow_symlinks=False)
     except OSError:
         shutil.copyfile(src, dst, follow_symlinks=False)
-
-
-def seal(meta: dict) -> str:
-    """What a hit checks an entry.json against: sha256 over everything in it but the seal (the
-    key, the value, the files' hashes), or an HMAC with $AGENT_RUN_CACHE_SECRET when set, so a
-    shared cache folder's writers cannot forge an entry without the secret."""
-    body = canonical_json({k: v for k, v in meta.items() if k != "seal"}).encode()
-    secret = os.environ.get(SECRET_ENV, "")
-    if secret:
-        return "hmac-sha256:" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return "sha256:" + hashlib.sha256(body).hexdigest()
-
-
-class Mismatch(ValueError):
-    """A stored value that does not agree with the files it was computed with (raised by a
-    producer's `load`): the entry is a miss and is recomputed."""
 
 
 def _warn(text: str) -> None:
@@ -189,7 +143,7 @@ class Entry:
 
     @property
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in (self.path / "files").rglob("*") if p.is_file())
+        return sum(p.lstat().st_size for p in walk(self.path / "files")[0].values())
 
 
 @dataclass
@@ -224,16 +178,19 @@ class RunCache:
     def _lock(self, sha: str) -> Iterator[bool]:
         """Held (True) while this process owns the key; False when the lock cannot be taken
         because the cache cannot be written (the cache is then off)."""
+        f = None
         try:
             locks = self.root / "locks"
             locks.mkdir(parents=True, exist_ok=True)
-            f = open(locks / f"{sha}.lock", "a+")
+            f = open(locks / f"{sha}.lock", "a+")  # noqa: SIM115 (closed below, or on the failure path)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a second job with this key waits here
         except OSError as exc:
+            if f is not None:
+                f.close()
             self._turn_off(exc)
             yield False
             return
         with f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a second job with this key waits here
             try:
                 yield True
             finally:
@@ -271,7 +228,7 @@ class RunCache:
             return "does not match its seal (entry.json was edited)"
         if entry.key != json.loads(canonical_json(key)) or not isinstance(entry.value, str):
             return "is not an entry of its key"
-        found, extras = _walk(entry.path / "files")
+        found, extras = walk(entry.path / "files")
         if extras:
             return f"holds {extras[0]!r}, which is not a regular file"
         if sorted(found) != sorted(entry.files):
@@ -315,13 +272,13 @@ class RunCache:
         sha = self.key_sha(key)
         stage = self.root / "staging" / f"{sha}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         try:
-            for rel, path in _walk(src)[0].items():
+            for rel, path in walk(src)[0].items():
                 if rel != PROVENANCE:
                     (stage / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
                     _copy_file(str(path), str(stage / "files" / rel))
             (stage / "files").mkdir(parents=True, exist_ok=True)
             meta = {"kind": key["kind"], "key": json.loads(canonical_json(key)), "value": value,
-                    "wall_seconds": round(wall_seconds, 6), "files": _files(stage / "files"), "created": time.time()}
+                    "wall_seconds": round(wall_seconds, 6), "files": files_sha(stage / "files"), "created": time.time()}
             (stage / "entry.json").write_text(canonical_json(meta | {"seal": seal(meta)}), encoding="utf-8")
             _fsync_tree(stage)
             final = self.entry_dir(key)
@@ -345,7 +302,7 @@ class RunCache:
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 _copy_file(str(src / rel), str(stage / rel))
             stage.mkdir(parents=True, exist_ok=True)
-            if _walk(stage)[1] or _files(stage) != entry.files:  # the bytes served are the bytes sealed
+            if walk(stage)[1] or files_sha(stage) != entry.files:  # the bytes served are the bytes sealed
                 return None
             if not dest.exists():
                 os.rename(stage, dest)

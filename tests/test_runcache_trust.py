@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from experience_bank.hashing import canonical_json
-from experience_bank.runcache import Mismatch, RunCache, seal, was_cached
+from experience_bank.runcache import RunCache, was_cached
+from experience_bank.sealing import Mismatch, seal
 
 KEY = {"kind": "eval", "model": "m1", "items": "i1"}
 TRUE = {"adoption": 41.0, "ifeval": 62.5}

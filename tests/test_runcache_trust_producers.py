@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from experience_bank.hashing import canonical_json
-from experience_bank.runcache import RunCache, seal, was_cached
+from experience_bank.runcache import RunCache, was_cached
+from experience_bank.sealing import seal
 
 
 def _edit_value(cache: RunCache, change, reseal: bool = True) -> Path:
@@ -53,6 +54,7 @@ def test_an_edited_evaluation_metric_is_recomputed_never_served(tmp_path, suite,
 
 def test_a_run_result_edited_so_it_no_longer_parses_is_retrained_not_a_traceback(tmp_path):
     from test_train_world import build_parent, card, sft_examples
+
     from trainers.run import train
 
     parent = build_parent(tmp_path / "parent")

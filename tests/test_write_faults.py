@@ -74,7 +74,7 @@ def test_a_cache_whose_locks_folder_is_a_file_is_off_with_one_warning(tmp_path):
 
 @pytest.mark.parametrize("code", list(FAULTS))
 def test_a_cache_that_cannot_be_written_is_off_and_the_request_goes_on(tmp_path, monkeypatch, code):
-    import experience_bank.runcache as runcache
+    from experience_bank import runcache
 
     warnings: list[str] = []
     cache = RunCache(tmp_path / "cache", warn=warnings.append)
@@ -87,7 +87,7 @@ def test_a_cache_that_cannot_be_written_is_off_and_the_request_goes_on(tmp_path,
 
 
 def test_a_read_only_cache_folder_is_off_with_one_warning(tmp_path, monkeypatch):
-    import experience_bank.runcache as runcache
+    from experience_bank import runcache
 
     warnings: list[str] = []
     monkeypatch.setattr(runcache, "open", _refuse(errno.EROFS), raising=False)

@@ -228,8 +228,8 @@ def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict]
 def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> TrainResult:
     """A stored result, re-anchored to the directory it was served into and this request's key.
     Re-derived from the served files first: the entry's value must be its result.json (whose
-    bytes the cache checked) and its weights (runcache.Mismatch otherwise: recomputed)."""
-    from experience_bank.runcache import Mismatch
+    bytes the cache checked) and its weights (sealing.Mismatch otherwise: recomputed)."""
+    from experience_bank.sealing import Mismatch
 
     stored = TrainResult.model_validate_json(text)
     if ckpt.read_result(out) != stored:
@@ -238,7 +238,7 @@ def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> Trai
     result = stored.model_copy(update={"checkpoint": str(out), "adapter_dir": str(out / adapter) if adapter else None,
                                        "run_key": run_key, "resumed_from": str(resume_from) if resume_from else None})
     if ckpt.weights_sha256(out) != result.checkpoint_sha256:
-        raise Mismatch(f"its weights do not match its result's checkpoint_sha256")
+        raise Mismatch("its weights do not match its result's checkpoint_sha256")
     # the served files are hard links into the cache entry: replace the result, never write through it
     write_atomic(out / ckpt.RESULT_FILE, result.model_dump_json(indent=2))
     shutil.rmtree(out.with_name(out.name + ".work"), ignore_errors=True)  # a crashed attempt's checkpoints
