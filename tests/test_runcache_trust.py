@@ -168,9 +168,14 @@ _EDITS = st.one_of(
 def _apply(entry: Path, edit) -> None:
     what, where, at, xor = edit
     if what == "value":  # a new value, resealed: only re-derivation from the files can refuse it
-        _edit_meta(entry, lambda meta: meta.update(value=json.dumps(TRUE | {"adoption": where})), reseal=True)
+        try:
+            _edit_meta(entry, lambda meta: meta.update(value=json.dumps(TRUE | {"adoption": where})), reseal=True)
+        except ValueError:
+            pass  # an earlier edit left no entry.json to parse
         return
     path = entry / where
+    if what in ("byte", "truncate") and (path.is_symlink() or not path.is_file() or path.stat().st_size == 0):
+        return  # an earlier edit emptied or replaced it
     if what == "byte":
         data = bytearray(path.read_bytes())
         data[at % len(data)] ^= xor
