@@ -70,18 +70,13 @@ def _served_ok(cache, warnings, tmp_path, name="second") -> tuple[dict, list]:
     return value, calls
 
 
-def test_an_untouched_entry_is_served_without_a_warning(tmp_path):
-    cache, warnings = _cache(tmp_path)
-    _run(cache, tmp_path / "first")
-    _, calls = _served_ok(cache, warnings, tmp_path)
-    assert calls == [] and warnings == [] and was_cached(tmp_path / "second")
-
-
 @pytest.mark.parametrize("reseal", [False, True], ids=["value-edited", "value-edited-and-resealed"])
 def test_an_edited_value_is_never_served(tmp_path, reseal):
     """The adoption metric of an evaluation edited in entry.json (as the gate would read it)."""
     cache, warnings = _cache(tmp_path)
     _run(cache, tmp_path / "first")
+    _, calls = _served_ok(cache, warnings, tmp_path, "untouched")  # an untouched entry: served, unwarned
+    assert calls == [] and warnings == [] and was_cached(tmp_path / "untouched")
     path = _entry(cache)
 
     def promote(meta):

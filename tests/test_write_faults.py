@@ -155,24 +155,35 @@ def test_an_import_whose_head_log_cannot_be_written_commits_nothing(tmp_path, mo
     assert main(["bank", "verify", "--bank", str(bank_path)]) == 0
 
 
-def test_a_commit_that_fails_takes_its_head_log_lines_back(tmp_path, monkeypatch):
+def test_the_head_log_is_written_before_its_commit_and_taken_back_when_the_commit_fails(tmp_path, monkeypatch):
     bank_path = tmp_path / "bank.sqlite"
     with Bank.init(bank_path) as bank:
         bank.create_library_version([], "v1")
-    log_before = heads.log_path(bank_path).read_bytes()
-    before = _state(bank_path)
-    with Bank.open(bank_path) as bank:
-        real = bank.db.execute
+    log = heads.log_path(bank_path)
 
-        def failing_commit(sql, *args):
+    def at_commit(bank, fail: bool):
+        real, seen = bank.db.execute, []
+
+        def execute(sql, *args):
             if sql == "COMMIT":
-                raise sqlite3.OperationalError("database or disk is full")
+                seen.append(log.read_bytes().count(b"\n"))  # lines in the log when the commit starts
+                if fail:
+                    raise sqlite3.OperationalError("disk I/O error")
             return real(sql, *args)
 
-        monkeypatch.setattr(bank.db, "execute", failing_commit)
+        monkeypatch.setattr(bank.db, "execute", execute)
+        return seen
+
+    with Bank.open(bank_path) as bank:
+        seen = at_commit(bank, fail=False)
+        bank.create_library_version([], "v2")
+    assert seen == [2] and log.read_bytes().count(b"\n") == 2  # the anchor was durable before the commit
+    log_before, before = log.read_bytes(), _state(bank_path)
+    with Bank.open(bank_path) as bank:
+        seen = at_commit(bank, fail=True)
         with pytest.raises(sqlite3.OperationalError):
-            bank.create_library_version([], "v2")
-    assert heads.log_path(bank_path).read_bytes() == log_before and log_before.count(b"\n") == 1
+            bank.create_library_version([], "v3")
+    assert seen == [3] and log.read_bytes() == log_before  # taken back with the commit
     assert _state(bank_path) == before and before[2] == []
 
 
