@@ -186,7 +186,8 @@ def _refused(exc: BaseException, run_dir: RunDir) -> BaseException:
     by another writer mid-episode gets the resume command too."""
     if isinstance(exc, Busy):
         return Busy(f"{exc}; then resume with `agent run --resume {run_dir.path}`", 1) if run_dir.started() else exc
-    fault = exc if isinstance(exc, WriteFault) else write_fault(exc, fault_path(exc) or f"the run directory {run_dir.path}")
+    fault = exc if isinstance(exc, WriteFault) else write_fault(
+        exc, fault_path(exc) or f"the run directory {run_dir.path}", file=run_dir.checkpoints_file)
     if fault is None:
         return exc
     if run_dir.started():

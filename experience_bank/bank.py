@@ -86,7 +86,8 @@ def damaged(path: str, exc: Exception, wait_s: float = BUSY_TIMEOUT_S) -> BadInp
     if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
         return Busy(f"bank {path} is held by another process's write (waited {wait_s:g} s): run the command again "
                     "when that process is done, or wait longer with --wait SECONDS (bank import, bank consolidate)")
-    fault = write_fault(exc, f"bank {path}", then="run the command again (nothing was committed)")
+    fault = write_fault(exc, f"bank {path}", then="run the command again (nothing was committed)",
+                        file=None if path == ":memory:" else path)
     if fault is not None:
         return fault
     return BadInput(f"bank {path} is not a readable SQLite bank ({exc}): check it with "

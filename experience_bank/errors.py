@@ -7,6 +7,7 @@ problem and the fix; raising it must happen before anything is written.
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
 import sqlite3
@@ -53,21 +54,40 @@ _REASONS = {
 _SQLITE = {13: errno.ENOSPC, 8: errno.EROFS}  # SQLITE_FULL, SQLITE_READONLY (and their extended codes)
 
 
-def fault_errno(exc: BaseException) -> int | None:
+_SQLITE_IO = (10, 14)  # SQLITE_IOERR, SQLITE_CANTOPEN: their cause is the file system's to tell
+_FULL_BYTES = 1 << 20
+"""Less free space than this where SQLite reports an I/O error: the disk is full."""
+
+
+def fault_errno(exc: BaseException, file: str | Path | None = None) -> int | None:
     """The errno of a refused write (ENOSPC, EDQUOT, EROFS, EACCES, EPERM) behind `exc`, or None.
 
     Reads an OSError's errno, a shutil.Error's first failure ('[Errno 28] ...') and SQLite's
-    result code (SQLITE_FULL is a full disk, SQLITE_READONLY a read-only file)."""
+    result code (SQLITE_FULL is a full disk, SQLITE_READONLY a read-only file). SQLite reports
+    a full disk while writing its WAL as a bare 'disk I/O error': with the database `file`
+    given, that is read off its file system (read-only, or under 1 MiB free)."""
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
         found = re.search(r"\[Errno (\d+)\]", str(exc.args[0][0][-1]))
         code = int(found.group(1)) if found else None
     elif isinstance(exc, OSError):
         code = exc.errno
     elif isinstance(exc, sqlite3.Error):
-        code = _SQLITE.get((getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF)
+        primary = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+        code = _file_system_fault(file) if primary in _SQLITE_IO and file is not None else _SQLITE.get(primary)
     else:
         code = None
     return code if code in _REASONS else None
+
+
+def _file_system_fault(file: str | Path) -> int | None:
+    """EROFS or ENOSPC when the file system holding `file` is read-only or full, else None."""
+    try:
+        fs = os.statvfs(Path(file).resolve().parent)
+    except OSError:
+        return None
+    if fs.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    return errno.ENOSPC if fs.f_bavail * fs.f_frsize < _FULL_BYTES else None
 
 
 def fault_path(exc: BaseException) -> str | None:
@@ -78,10 +98,11 @@ def fault_path(exc: BaseException) -> str | None:
 
 
 def write_fault(exc: BaseException, path: str | Path | None = None, *, then: str = "run the command again",
-                exit_code: int = 2) -> WriteFault | None:
+                exit_code: int = 2, file: str | Path | None = None) -> WriteFault | None:
     """The one line for a refused write at `path` (default: the file the error names), or None
-    when `exc` is no refused write (then the caller re-raises it)."""
-    code = fault_errno(exc)
+    when `exc` is no refused write (then the caller re-raises it). `file`: the SQLite database
+    an sqlite3 error came from (see fault_errno)."""
+    code = fault_errno(exc, file)
     if code is None:
         return None
     reason, fix = _REASONS[code]

@@ -187,6 +187,25 @@ def test_the_head_log_is_written_before_its_commit_and_taken_back_when_the_commi
     assert _state(bank_path) == before and before[2] == []
 
 
+@pytest.mark.parametrize("flag, free, said", [(0, 0, "no space left on device"), (os.ST_RDONLY, 1 << 30,
+                                                                                   "read-only file system")])
+def test_a_bare_sqlite_io_error_on_a_full_or_read_only_file_system_is_named_so(tmp_path, monkeypatch, flag, free, said):
+    """SQLite reports a full disk under its WAL as 'disk I/O error' (SQLITE_IOERR_WRITE, seen on a
+    full tmpfs): the bank's line reads the cause off its file system."""
+    from experience_bank.bank import damaged
+
+    exc = sqlite3.OperationalError("disk I/O error")
+    exc.sqlite_errorcode = 778  # SQLITE_IOERR_WRITE
+    real = os.statvfs(tmp_path)
+    fake = os.statvfs_result((real.f_bsize, real.f_frsize, real.f_blocks, 0, free // real.f_frsize, real.f_files,
+                              real.f_ffree, real.f_favail, flag, real.f_namemax))
+    monkeypatch.setattr(os, "statvfs", lambda path: fake)
+    line = str(damaged(str(tmp_path / "bank.sqlite"), exc))
+    assert line.startswith(f"cannot write bank {tmp_path / 'bank.sqlite'} ({said})") and "integrity_check" not in line
+    monkeypatch.setattr(os, "statvfs", lambda path: real)  # room and writable: an I/O error is an I/O error
+    assert "not a readable SQLite bank" in str(damaged(str(tmp_path / "bank.sqlite"), exc))
+
+
 class _FullBank(Bank):
     """A bank whose file system is full: SQLite itself answers SQLITE_FULL past the pages it has."""
 
