@@ -27,7 +27,7 @@ from agent.killpoints import kill_point
 from agent.manifest import Manifest
 from agent.rundir import RunDir
 from agent.state import Ctx, Entry
-from experience_bank.errors import BadInput, Busy, WriteFault, fault_path, write_fault
+from experience_bank.errors import BadInput, Busy, WriteFault, fault_path, full_file_system, write_fault
 
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
@@ -175,7 +175,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
         run_dir = _run_dir(cfg, None)
     try:
         return _run(cfg, resume, say, run_dir, budget_h, manifest)
-    except (OSError, sqlite3.Error, WriteFault, Busy) as exc:
+    except (OSError, sqlite3.Error, RuntimeError, WriteFault, Busy) as exc:
         raise _refused(exc, run_dir) from None
 
 
@@ -186,8 +186,11 @@ def _refused(exc: BaseException, run_dir: RunDir) -> BaseException:
     by another writer mid-episode gets the resume command too."""
     if isinstance(exc, Busy):
         return Busy(f"{exc}; then resume with `agent run --resume {run_dir.path}`", 1) if run_dir.started() else exc
-    fault = exc if isinstance(exc, WriteFault) else write_fault(
-        exc, fault_path(exc) or f"the run directory {run_dir.path}", file=run_dir.checkpoints_file)
+    where = f"the run directory {run_dir.path}"
+    fault = exc if isinstance(exc, WriteFault) else write_fault(exc, fault_path(exc) or where,
+                                                                file=run_dir.checkpoints_file)
+    if fault is None:  # no errno (torch's writer): the run directory's file system may say why
+        fault = full_file_system(run_dir.checkpoints_file, where)
     if fault is None:
         return exc
     if run_dir.started():

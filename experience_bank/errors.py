@@ -108,3 +108,13 @@ def write_fault(exc: BaseException, path: str | Path | None = None, *, then: str
     reason, fix = _REASONS[code]
     where = path if path is not None else fault_path(exc) or "a file of this command"
     return WriteFault(str(where), reason, fix, then, exit_code)
+
+
+def full_file_system(file: str | Path, where: str) -> WriteFault | None:
+    """A WriteFault for `where` when the file system holding `file` is full or read-only now:
+    the cause of a failure that carries no errno (torch's C++ writer says 'iostream error')."""
+    code = _file_system_fault(file)
+    if code is None:
+        return None
+    reason, fix = _REASONS[code]
+    return WriteFault(where, reason, fix)

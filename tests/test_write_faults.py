@@ -315,3 +315,25 @@ def _translated(fn, path, lines):
         return fn(path, lines)
     except OSError as exc:
         raise write_fault(exc, f"head log {path}") from None
+
+
+def test_a_run_failing_without_an_errno_on_a_full_run_directory_says_the_disk_is_full(tmp_path, monkeypatch, capsys):
+    """torch's checkpoint writer reports a full disk as RuntimeError('... iostream error') (seen on
+    a full tmpfs): the run directory's file system names the cause."""
+    import agent.episode as episode
+
+    argv = _run_argv(tmp_path)
+    real = os.statvfs(tmp_path)
+
+    def drive(ctx, initial, checkpoints):
+        full = os.statvfs_result((real.f_bsize, real.f_frsize, real.f_blocks, 0, 0, real.f_files, real.f_ffree,
+                                  real.f_favail, 0, real.f_namemax))
+        monkeypatch.setattr(os, "statvfs", lambda path: full)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 5952 vs 5844")
+
+    monkeypatch.setattr(episode, "drive", drive)
+    assert main(argv) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert f"cannot write the run directory {tmp_path / 'ep'} (no space left on device)" in line
+    assert f"agent run --resume {tmp_path / 'ep'}" in line
+
