@@ -320,7 +320,7 @@ def _translated(fn, path, lines):
 def test_a_run_failing_without_an_errno_on_a_full_run_directory_says_the_disk_is_full(tmp_path, monkeypatch, capsys):
     """torch's checkpoint writer reports a full disk as RuntimeError('... iostream error') (seen on
     a full tmpfs): the run directory's file system names the cause."""
-    import agent.episode as episode
+    from agent import episode
 
     argv = _run_argv(tmp_path)
     real = os.statvfs(tmp_path)
