@@ -200,14 +200,21 @@ class OpenAIProposer:
     def _ask(self, library: list[Entry]) -> bytes:
         import openai  # noqa: PLC0415
 
-        client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY", "unused"),
-                               timeout=self.timeout_s, max_retries=0)
-        try:
-            raw = client.chat.completions.with_raw_response.create(
-                model=self.model, temperature=0.0, messages=_prompt(library, self.allow, self.limit))
-            return raw.content
-        except openai.OpenAIError as exc:
-            raise BadInput(f"proposer request failed: {type(exc).__name__}: {exc}") from None
+        from agent.bounded_http import BoundedHTTP  # noqa: PLC0415
+
+        # timeout_s is the whole request's deadline and MAX_REPLY_BYTES the most read of any body.
+        with BoundedHTTP(MAX_REPLY_BYTES, self.timeout_s) as http:
+            client = openai.OpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY", "unused"),
+                                   timeout=self.timeout_s, max_retries=0, http_client=http.client)
+            try:
+                raw = client.chat.completions.with_raw_response.create(
+                    model=self.model, temperature=0.0, messages=_prompt(library, self.allow, self.limit))
+                return raw.content
+            except openai.OpenAIError as exc:
+                if http.expired:
+                    raise BadInput(f"proposer request passed its deadline of {self.timeout_s:g} s "
+                                   "(proposer_timeout_s)") from None
+                raise BadInput(f"proposer request failed: {type(exc).__name__}: {exc}") from None
 
     def __call__(self, library: list[Entry]) -> list[dict[str, Any]]:
         """Every reply, however broken, becomes rows: accepted proposals or rejections with reasons."""

@@ -27,7 +27,11 @@ LOCK = "run.lock"
 @contextmanager
 def hold(run_dir: Path) -> Iterator[None]:
     """Hold the run's lock while the body runs; BadInput when another live process holds it."""
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # O_NOFOLLOW: a run.lock planted as a link would have its target truncated and written
+        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise BadInput(f"cannot open {run_dir / LOCK} ({exc.strerror}): it must be a plain file; "
+                       "remove it if it is a link") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -43,9 +47,9 @@ def hold(run_dir: Path) -> Iterator[None]:
 def running(run_dir: Path) -> bool:
     """True while a live process holds the run's lock (never blocks, never creates the file)."""
     path = run_dir / LOCK
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():  # a link is no lock `hold` ever took
         return False
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

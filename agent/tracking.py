@@ -46,6 +46,9 @@ _KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 # A down server must cost seconds, not MLflow's default minutes of retries; a user's own setting wins.
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.5",
                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+LOCK_WAIT_S = 60.0
+"""Longest wait for another process's hold on `<store>.lock` (creating MLflow's tables takes
+seconds); past it the tracker warns once and the episode goes on without it."""
 
 
 def tracking_uri(configured: str | None, runs_folder: Path) -> str:
@@ -53,6 +56,15 @@ def tracking_uri(configured: str | None, runs_folder: Path) -> str:
     if configured:
         return configured
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(runs_folder / 'mlflow.db').resolve()}"
+
+
+def _check_store(uri: str) -> None:
+    """SQLAlchemy ends a sqlite:/// path at its first '?' and reads the rest as options, so a
+    runs folder named `a?b` would put the store at `a` (outside the folder); no escape exists.
+    Options (`?timeout=20`) hold no '/', a path after the '?' always does."""
+    if uri.startswith("sqlite:///") and "/" in uri.partition("?")[2]:
+        raise ValueError(f"the store path {uri.removeprefix('sqlite:///')} holds a '?', which a SQLite "
+                         "tracking URI cannot carry: rename the runs folder, or pass --tracking-uri")
 
 
 def lineage_name(world: str, initial_sha: str) -> str:
@@ -125,16 +137,16 @@ class Tracker:
         """Run fn holding `<db>.lock` when the store is a local SQLite file: episodes started together
         (`agent compare --jobs N`) would otherwise race to create its tables (alembic's migrations
         are not safe to run twice at once). Alembic's notes on its own migration steps are silenced."""
+        _check_store(self.uri)
         if not self.uri.startswith("sqlite:///"):
             return fn()
-        import fcntl  # noqa: PLC0415
         import warnings  # noqa: PLC0415
 
-        lock = Path(self.uri.removeprefix("sqlite:///") + ".lock")
+        lock = Path(self.uri.removeprefix("sqlite:///").split("?", 1)[0] + ".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "a") as f, warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes
+            _lock_within(f.fileno(), LOCK_WAIT_S, lock)  # released when the file closes
             return fn()
 
     def _experiment(self, client) -> str:
@@ -309,6 +321,22 @@ class Tracker:
                 client.log_artifact(self._run_id, str(path))
         if finished:
             client.set_terminated(self._run_id, "FINISHED")
+
+
+def _lock_within(fd: int, wait_s: float, path: Path) -> None:
+    """An exclusive flock on fd, or TimeoutError after wait_s (another process may hold it for ever)."""
+    import fcntl  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"another process has held {path} for over {wait_s:g} s") from None
+            time.sleep(0.05)
 
 
 def _warn(text: str) -> None:

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 from pydantic import TypeAdapter, ValidationError
 from sqlite_utils import Database
 
-from experience_bank import chains, hashing, heads, integrity, library, migrations
+from experience_bank import chains, hashing, heads, integrity, library, migrations, paths
 from experience_bank.consolidate import NOISE_PP, conflicted_hashes, fact_of, plan
 from experience_bank.errors import BadInput, Busy, WriteFault, write_fault
 from experience_bank.files import jsonl_text
@@ -98,7 +98,9 @@ def _jsonl_records(path: Path) -> Iterator[Record]:
     """The records of a JSONL file, parsed strictly a line at a time."""
     for n, line in jsonl_text(path, "records file"):
         try:
-            yield parse_record(line)
+            record = parse_record(line)
+            paths.check_paths(record.provenance.artefacts, "record")
+            yield record
         except BadInput as exc:
             raise BadInput(f"{path} line {n}: {exc}") from None
 
@@ -226,6 +228,7 @@ class Bank:
             for n, r in enumerate(records):
                 if not isinstance(r, (HistoricalRecord, Proposal)):
                     raise BadInput(f"item {n} is a {type(r).__name__}, not a HistoricalRecord or Proposal")
+                paths.check_paths(r.provenance.artefacts, f"item {n} ({r.card.id})")
                 row = record_row(r, written_at)
                 facts.append(fact_of(r, row["hash"], row["source_hash"]))
                 yield row
@@ -389,6 +392,7 @@ class Bank:
         if event.candidate_id != event.decision.candidate_id:
             raise BadInput(f"event {event.seq} is for {event.candidate_id} but its decision is for "
                            f"{event.decision.candidate_id}: use one candidate id")
+        paths.check_paths(event.artefacts, f"event {event.seq}")
         body = canonical_json(event)
         body_hash = sha256_text(body)
         with self._write() as db:
@@ -423,6 +427,7 @@ class Bank:
         """Keep new evidence produced by a running episode for its consolidation (idempotent)."""
         if not isinstance(record, HistoricalRecord):
             raise BadInput("only a HistoricalRecord (with evidence) can be staged as an observation")
+        paths.check_paths(record.provenance.artefacts, f"observation of {record.card.id}")
         row = record_row(record)
         with self._write() as db:
             seen = db.execute("SELECT 1 FROM staged WHERE episode_id = ? AND record_hash = ?",
@@ -452,7 +457,9 @@ class Bank:
     def consolidate(self, episode_id: str, noise_pp: float = NOISE_PP) -> int:
         """L(e+1) = Consolidate(L(e), H_T): provenance check, de-duplication, conflict review.
 
-        L(e) is the version the episode started on. Idempotent: a consolidated episode returns
+        L(e) is the newest version when the write lock is taken, not the one the episode started
+        on: records imported and other episodes consolidated while it ran are in L(e), so none
+        of them is dropped from the current library. Idempotent: a consolidated episode returns
         its version."""
         with self._write() as db:
             done = db.execute("SELECT version FROM library_versions WHERE episode_id = ?", [episode_id]).fetchone()
@@ -462,11 +469,12 @@ class Bank:
             if episode["finished_at"] is None:
                 raise BadInput(f"episode {episode_id!r} is still running: finish it before consolidating")
             note = f"consolidate episode {episode_id}"
-            observed, merged = library.observations(db, episode["library_version"], episode_id)
+            base = self.current_library_version()  # read under the write lock: nothing moves it now
+            observed, merged = library.observations(db, base, episode_id)
             planned = plan(observed, lambda hashes: library.load_records(db, hashes), note, noise_pp, merged)
             planned = library.store_merges(db, planned)
             entries = [(p.hash, p.conflicted, library.missing(self.base_dir, p.artefacts)) for p in planned]
-            version, head = library.insert_version(db, entries, note, episode["library_version"], episode_id)
+            version, head = library.insert_version(db, entries, note, base, episode_id)
             self._heads.append(heads.library_line(version, head))
             return version
 

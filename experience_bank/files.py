@@ -46,14 +46,22 @@ def _write_atomic(path: Path, text: str, before_replace: Callable[[], None] | No
         os.close(dfd)
 
 
+MAX_LINE_BYTES = 16 << 20
+"""Longest JSONL line read (16 MiB; a record is about 2 KB). A longer one is refused after
+MAX_LINE_BYTES + 1 bytes of it were read, so a 1 GB line costs 16 MiB of memory, not 5 GB."""
+
+
 def jsonl_text(path: str | Path, what: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of every non-blank line, read a line at a time (a 1e6-record file is
     2 GB: never held whole). Lines end at \n only, so a U+2028 inside a JSON string stays in
-    its line; a line that is not UTF-8 raises BadInput naming it."""
+    its line; a line that is not UTF-8, or longer than MAX_LINE_BYTES, raises BadInput naming it."""
     offset = 0
     try:
         with open(path, "rb") as f:
-            for n, raw in enumerate(f, start=1):
+            for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                    raise BadInput(f"{what} {path} line {n} is longer than {MAX_LINE_BYTES} bytes: one record "
+                                   "per line, each under that size")
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as exc:

@@ -83,7 +83,20 @@ def _run(checks: list, db: Database, path: str) -> list[list[str]]:
 
 
 def verify(db: Database, path: str, head_lines: list[dict] | None = None, deep: bool = False) -> Report:
-    """Run every check; a check that meets an SQLite error reports it and the others still run."""
+    """Run every check; a check that meets an SQLite error reports it and the others still run.
+
+    Every check on `db` reads one snapshot: another process that appends meanwhile (WAL lets it)
+    is not seen halfway, so an event written between two reads is never a false problem. The
+    head log was read before the snapshot begins, so every logged head is in it."""
+    db.execute("BEGIN")  # deferred: the snapshot is taken by the first read and kept until the end
+    try:
+        return _verify(db, path, head_lines, deep)
+    finally:
+        if db.conn.in_transaction:  # SQLite may have ended it on an I/O error already
+            db.execute("ROLLBACK")
+
+
+def _verify(db: Database, path: str, head_lines: list[dict] | None, deep: bool) -> Report:
     report = Report()
     checks = [_sqlite, _records, _references, _decisions, _events, _journals, _library, _schema]
     checks += [_deep] if deep else []

@@ -17,7 +17,7 @@ from typing import Iterable
 from pydantic import TypeAdapter
 from sqlite_utils import Database
 
-from experience_bank import chains, migrations
+from experience_bank import chains, migrations, paths
 from experience_bank.consolidate import Fact, Planned
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, canonical_json_and_part, sha256_text
@@ -163,4 +163,15 @@ def store_merges(db: Database, planned: list[Planned]) -> list[Planned]:
 
 def missing(base_dir: Path, artefacts: tuple[str, ...]) -> tuple[str, ...]:
     """Provenance artefacts absent on disk now."""
-    return tuple(a for a in artefacts if not (base_dir / a).exists())
+    return tuple(a for a in artefacts if not _present(base_dir, a))
+
+
+def _present(base_dir: Path, artefact: str) -> bool:
+    # A path no file below the bank can have (stored before the import refused such paths) is
+    # absent; so is one this file system refuses to look up: neither may end a consolidation.
+    if paths.path_problem(artefact) is not None:
+        return False
+    try:
+        return (base_dir / artefact).exists()
+    except (OSError, ValueError):
+        return False
