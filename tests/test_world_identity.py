@@ -119,3 +119,20 @@ def test_test_world_built_with_1_and_2_caller_threads_is_one_world(tmp_path, mon
     assert worlds[0].recipe_sha256 == worlds[1].recipe_sha256
     assert worlds[0].model.sha256 == worlds[1].model.sha256
     assert worlds[0].early_model.sha256 == worlds[1].early_model.sha256
+
+
+def test_compare_refuses_a_changed_cached_world_before_any_episode(tmp_path, monkeypatch, capsys):
+    from agent.cli.main import main
+
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
+    rhash = recipe_sha256(RECIPES["test"])
+    world = _cached_world(world_dir("test", rhash), rhash, b"the weights the world was built with")
+    (Path(world.base_dir) / "model.safetensors").write_bytes(b"weights built elsewhere")
+    config = tmp_path / "test.yaml"
+    config.write_text("world: test\n")
+    out = tmp_path / "compare"
+    argv = ["compare", "--policies", "bcit,validate_all", "--seeds", "1", "--config", str(config), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and world.model.sha256[:12] in err
+    assert not out.exists()

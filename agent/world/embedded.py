@@ -180,6 +180,14 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     return _build(recipe, env, rhash, root, progress)
 
 
+def cached_world(size: str) -> World | None:
+    """The world of this size if it is cached here, after load_world's checks (None: not built
+    here; nothing is built)."""
+    rhash = recipe_sha256(recipe_for(size))
+    root = world_dir(size, rhash)
+    return load_world(root, rhash) if (root / "world.json").exists() else None
+
+
 def _build(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, progress: Progress | None) -> World:
     def make(tmp: Path) -> World:
         t0 = time.monotonic()
