@@ -98,7 +98,8 @@ def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
     """Everything that determines the seed records: world, its base's weights, catalogue, plan and sizes."""
     from agent.world import controls
 
-    return content_hash({"world": world.recipe_sha256, "base": world.model.sha256, "catalogue": catalogue_sha256(), "grades": GRADE_PLAN,
+    return content_hash({"world": world.recipe_sha256, "base": world.model.sha256, "catalogue": catalogue_sha256(),
+                         "grades": GRADE_PLAN,
                          "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
                          "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS,
                                      controls.CONTROL_TARGETS],

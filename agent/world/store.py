@@ -150,6 +150,7 @@ def cache_root() -> Path:
 def world_dir(size: str, recipe_hash: str) -> Path:
     return cache_root() / "worlds" / f"{size}-{recipe_hash[:12]}"
 
+
 def load_world(root: Path, world_hash: str) -> World:
     """The cached world at `root`, after checking that it is the world `world_hash` names and
     that its weights are the ones its world.json records (a base changed in place, or a world
