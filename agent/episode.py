@@ -203,6 +203,10 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
     try:
         if not resume:
             manifest = _freeze_new(cfg, budget_h, run_dir, world, bank)
+        elif world.model.sha256 != manifest.initial.sha256:  # the world was built again, elsewhere or otherwise
+            raise BadInput(f"{run_dir.path} ran on base weights {manifest.initial.sha256[:12]}, but world "
+                           f"{world.size}-{world.recipe_sha256[:12]} has {world.model.sha256[:12]}: resume it where "
+                           "its world was built, or start a new run")
         ctx = _context(cfg, run_dir, manifest, world, bank, say)
         bank.start_episode(ctx.episode_id, manifest.manifest_hash, manifest.library_version)
         initial = {"episode_id": ctx.episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0,

@@ -74,7 +74,11 @@ def cmd_compare(args) -> int:
     from agent.config import build_config  # noqa: PLC0415
     from agent.experiments.executor import session, task_resources  # noqa: PLC0415
 
-    resources = task_resources(build_config(args.config))  # what one episode holds on a Ray worker
+    cfg = build_config(args.config)
+    from agent.world.interface import check_cached_world  # noqa: PLC0415
+
+    check_cached_world(cfg)
+    resources = task_resources(cfg)  # what one episode holds on a Ray worker
     _no_cache(args)
     with session(args.executor, address=args.address, jobs=args.jobs, resources=resources) as executor:
         summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,

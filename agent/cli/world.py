@@ -24,7 +24,9 @@ def register(sub) -> None:
     build = wsub.add_parser("build", help="build (or load from the cache) the base model; e.g. `agent world build --size test`")
     build.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
     build.add_argument("--json", action="store_true", help="print the World manifest as JSON")
-    build.add_argument("--threads", type=int, default=None, help="torch threads (use 1 when other jobs share the CPU)")
+    build.add_argument("--threads", type=int, default=None,
+                       help="torch threads afterwards; the build itself runs on its recipe's pinned count "
+                            "(test 1, default 2), so the weights never depend on this")
     build.set_defaults(func=cmd_build)
 
     seed = wsub.add_parser("seed-bank", help="build L(0) from real source-context runs; "
@@ -52,6 +54,7 @@ def cmd_build(args) -> int:
     else:
         print(f"world {world.size}-{world.recipe_sha256[:12]} at {world.base_dir} "
               f"(built in {world.build_seconds:.0f} s; this call {time.monotonic() - t0:.1f} s)")
+        print(f"base weights sha256 {world.model.sha256}")
     return 0
 
 
@@ -83,5 +86,5 @@ def cmd_seed_bank(args) -> int:
     with bar("seed bank") as progress:
         version = build_seed_bank(world, args.bank, progress, cards=cards, threads=args.threads)
     print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,
-                      "seconds": round(time.monotonic() - t0, 1)}))
+                      "base_sha256": world.model.sha256, "seconds": round(time.monotonic() - t0, 1)}))
     return 0

@@ -54,7 +54,8 @@ def _counts(c: dict[str, int]) -> str:
 
 def summary_markdown(doc: dict[str, Any]) -> str:
     led, t, comp = doc["ledger"], doc["table"], doc["compatibility_stage0"]
-    lines = [f"# Retrospective-24, executed on world {led['world']}", "",
+    base = f" (base weights {led['base_sha256'][:12]})" if led.get("base_sha256") else ""
+    lines = [f"# Retrospective-24, executed on world {led['world']}{base}", "",
              f"Catalogue {led.get('catalogue_sha256', 'n/a')[:16]}, frozen features {led['features_sha256'][:16]}, "
              f"seed {led['seed']}. Effects are intervention minus control; the control: {led['control']}.", "",
              f"Cells done: {t.get('n_cells', 0)}; failed: {len(doc['failed'])}"

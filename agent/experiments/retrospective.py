@@ -385,7 +385,8 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     features = {c.id: compile_features(records[c.id], ctx) for c in cards}
     features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
     (out / "ledger.json").write_text(json.dumps({
-        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "seed": seed,
+        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}",
+        "base_sha256": world.model.sha256, "seed": seed,
         "catalogue_sha256": catalogue_sha256(),
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": EVAL_N.get(world.size),

@@ -1,9 +1,11 @@
 """The embedded world: a recipe, the base model built from it, and the cache that keeps it.
 
 A world is fully determined by its `Recipe` (model config, tokenizer size, pretraining
-mixture, steps, seed) plus the content hashes of the datasets it is pretrained on. The
-recipe hash keys the cache, so a changed generator or recipe builds a new world instead of
-silently reusing a stale one.
+mixture, steps, seed, build threads), the content hashes of the datasets it is pretrained on,
+and the build environment the weights depend on but the build cannot pin (`store.BuildEnv`:
+library versions, CPU kernel level, machine). Their hash is the world's id and keys the cache,
+so a changed generator, recipe or environment builds a new world instead of silently reusing a
+stale one, and one id names one set of weights (docs/world-identity.md).
 
 Cache layout (root: `$AGENT_CACHE`, else `~/.cache/posttrain-agent`):
 
@@ -44,8 +46,11 @@ Measured on the 2-core machine (Nov 2026; other engineers' jobs shared the cores
 from __future__ import annotations
 
 import os
+import platform
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,7 +59,7 @@ from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
 
 from agent.progress import Progress
-from agent.world.store import World, publish_world, world_dir
+from agent.world.store import BuildEnv, World, load_world, publish_world, world_dir
 
 
 WORLD_FORMAT = "world-v3"
@@ -87,6 +92,14 @@ class Recipe:
     base's own lineage, where the source tasks still have headroom (the seed bank's usual
     source parent; agent/world/seed_bank.py)."""
     seed: int = 0
+    threads: int = 1
+    """torch intra-op threads of the build, whatever the caller set (`--threads` only sets what
+    runs after it). The thread count decides how CPU kernels may split a sum, so it is part of
+    the recipe, not of the caller: a default base built with 1 thread (f5bce955, issue 30) is
+    not the published one, built with 2 (de0373bc), though 1 and 2 threads gave the same
+    test-size base and the same first 30 default steps here. The default keeps 2, the count
+    its base was published with; test keeps 1: on the busy shared 2-core machine 2 threads
+    built the test base in 1,013 s against 162 s with 1."""
 
 
 # Source tasks carry most of the mixture. A small share of each target's train pool is in
@@ -109,7 +122,7 @@ RECIPES: dict[str, Recipe] = {
                       num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
                       max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 250, 250, 500, 1000, 10_000))),
                       steps=1600, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000,
-                      early_step=800),
+                      early_step=800, threads=2),
 }
 
 
@@ -119,47 +132,72 @@ def recipe_for(size: str) -> Recipe:
     return RECIPES[size]
 
 
-def recipe_sha256(recipe: Recipe) -> str:
-    """Hash of the recipe, the build format and the pretraining data's content hashes."""
+BUILD_LIBRARIES = ("torch", "transformers", "trl", "tokenizers", "accelerate")
+"""The libraries whose versions the built weights depend on (tokenizers trains the vocabulary)."""
+
+
+def build_env() -> BuildEnv:
+    """This process's build environment (what BuildEnv names)."""
+    from importlib.metadata import version
+
+    import torch
+
+    return BuildEnv(libraries={lib: version(lib) for lib in BUILD_LIBRARIES},
+                    cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine())
+
+
+def recipe_sha256(recipe: Recipe, env: BuildEnv | None = None) -> str:
+    """The world's id: hash of the recipe, the build format, the pretraining data's content
+    hashes and the build environment (this process's when `env` is None)."""
     from evaluators import tasks
 
     data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}  # tokenizer reads all
-    return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data})
+    env = env or build_env()
+    return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data, "build": asdict(env)})
 
 
 def ensure_world(size: str = "default", *, progress: Progress | None = None, threads: int | None = None) -> World:
     """The world of this size: loaded from the cache, or built (and cached) when missing.
 
-    `threads` sets torch's intra-op threads for the build (None: torch's default). Pass 1
-    when other CPU jobs share the machine: oversubscribed OpenMP threads spin and made the
-    test build ~5x slower here."""
+    `threads` sets torch's intra-op threads for what the caller runs next (None: leave them);
+    the build itself always runs with the recipe's `threads`, so it does not change the
+    weights. A cached world is served only when its weights still hash to what it recorded
+    (store.load_world; BadInput otherwise)."""
     if size == "smol":
         from agent.world.smol import ensure_smol_world
 
         return ensure_smol_world(progress=progress)
     recipe = recipe_for(size)
-    rhash = recipe_sha256(recipe)
+    env = build_env()
+    rhash = recipe_sha256(recipe, env)
     root = world_dir(size, rhash)
-    manifest = root / "world.json"
-    if manifest.exists():
-        return World.from_json(manifest.read_text())
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    return _build(recipe, rhash, root, progress)
+    if (root / "world.json").exists():
+        return load_world(root, rhash)
+    return _build(recipe, env, rhash, root, progress)
 
 
-def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) -> World:
+def cached_world(size: str) -> World | None:
+    """The world of this size if it is cached here, after load_world's checks (None: not built
+    here; nothing is built)."""
+    rhash = recipe_sha256(recipe_for(size))
+    root = world_dir(size, rhash)
+    return load_world(root, rhash) if (root / "world.json").exists() else None
+
+
+def _build(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, progress: Progress | None) -> World:
     def make(tmp: Path) -> World:
         t0 = time.monotonic()
         build_base_model(recipe, tmp / "base", progress)
-        return _describe(recipe, rhash, root, tmp / "base", time.monotonic() - t0)
+        return _describe(recipe, env, rhash, root, tmp / "base", time.monotonic() - t0)
 
     return publish_world(root, make)
 
 
-def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
+def _describe(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
     from evaluators import tasks
 
     from transformers import AutoTokenizer
@@ -175,7 +213,7 @@ def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds:
     return World(size=recipe.size, seed=recipe.seed, recipe_sha256=rhash, root=str(root),
                  base_dir=str(root / "base"), model=model, chat_template_sha256=tsha,
                  datasets=datasets, build_seconds=round(seconds, 1),
-                 early_dir=str(root / "early"), early_model=early)
+                 early_dir=str(root / "early"), early_model=early, build=env)
 
 
 # --- building the base model ------------------------------------------------------------
@@ -196,8 +234,27 @@ def pretraining_rows(recipe: Recipe) -> list[dict]:
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
 
 
+@contextmanager
+def pinned_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to `n` inside, and back to the caller's count after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = None) -> None:
-    """Train the tokenizer, initialise a Qwen3-style model and pretrain it with TRL's SFTTrainer."""
+    """Train the tokenizer, initialise a Qwen3-style model and pretrain it with TRL's SFTTrainer,
+    on the recipe's thread count whatever the caller set."""
+    with pinned_threads(recipe.threads):
+        _build_base_model(recipe, out_dir, progress)
+
+
+def _build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None) -> None:
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 

@@ -92,6 +92,16 @@ def world_for(cfg, progress=None) -> WorldData:
     return ensure_world(cfg.world, progress=progress)
 
 
+def check_cached_world(cfg) -> None:
+    """Refuse (BadInput) the embedded world a config names when the copy cached here is not the
+    world its id names; builds nothing. For commands that start many episodes (`agent compare`),
+    which would otherwise each fail on it alone."""
+    if cfg.base_model is None:
+        from agent.world.embedded import cached_world
+
+        cached_world(cfg.world)
+
+
 def seed_cards(cfg) -> tuple[str, ...] | None:
     """The card ids of the config's `seed_cards` (None: the whole catalogue)."""
     if cfg.seed_cards is None:

@@ -95,10 +95,11 @@ def seed_dir(world: World) -> Path:
 
 
 def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
-    """Everything that determines the seed records: world, catalogue, plan and sizes."""
+    """Everything that determines the seed records: world, its base's weights, catalogue, plan and sizes."""
     from agent.world import controls
 
-    return content_hash({"world": world.recipe_sha256, "catalogue": catalogue_sha256(), "grades": GRADE_PLAN,
+    return content_hash({"world": world.recipe_sha256, "base": world.model.sha256, "catalogue": catalogue_sha256(),
+                         "grades": GRADE_PLAN,
                          "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
                          "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS,
                                      controls.CONTROL_TARGETS],
@@ -142,7 +143,7 @@ def seed_records(world: World, progress: Progress | None = None, *,
     chosen = [c for c in all_cards if cards is None or c.id in cards]
     cache = seed_dir(world) / f"records-{plan_sha256(world, [c.id for c in chosen])[:16]}.jsonl"
     if cache.exists():
-        return [parse_record(line) for line in cache.read_text().splitlines() if line.strip()]
+        return _made_on(world, [parse_record(line) for line in cache.read_text().splitlines() if line.strip()], cache)
     t0 = time.monotonic()
     runner = _Runner(world, progress, total=sum(_runs(c) for c in chosen))  # ticks once per intervention run
     records = [runner.record(card) for card in chosen]
@@ -150,6 +151,19 @@ def seed_records(world: World, progress: Progress | None = None, *,
     (seed_dir(world) / "timing.json").write_text(json.dumps({
         "seconds": round(time.monotonic() - t0, 1), "records": len(records), "pairs": runner.pairs,
         "control_runs": len(runner.control_runs), "control_runs_saved": runner.pairs - len(runner.control_runs)}))
+    return records
+
+
+def _made_on(world: World, records: list[HistoricalRecord], where: Path) -> list[HistoricalRecord]:
+    """`records`, after checking each was made on this world's base, its early checkpoint or a
+    child of the base: cached records of another base would silently stand for this one."""
+    ours = {world.model.sha256, (world.early_model or world.model).sha256}
+    for r in records:
+        parent = r.source.parent
+        if parent.sha256 not in ours and world.model.sha256 not in parent.lineage:
+            raise BadInput(f"{where}: record {r.card.id} was made on parent {parent.sha256[:12]}, not on world "
+                           f"{world.size}-{world.recipe_sha256[:12]}'s base {world.model.sha256[:12]}: "
+                           f"remove {where} and run `agent world seed-bank` again")
     return records
 
 

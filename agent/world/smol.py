@@ -63,7 +63,7 @@ def ensure_smol_world(progress=None):
     from evaluators import tasks
     from transformers import AutoTokenizer
 
-    from agent.world.store import World, cache_root, publish_world
+    from agent.world.store import World, cache_root, load_world, publish_world
 
     gguf = gguf_path()
     gsha = file_sha256(str(gguf))
@@ -73,7 +73,7 @@ def ensure_smol_world(progress=None):
                           "data": {ds: tasks.dataset_sha256(ds, 0) for ds in sorted(tasks.DATASET_IDS)}})
     root = cache_root() / "worlds" / f"smol-{rhash[:12]}"
     if (root / "world.json").exists():
-        return World.from_json((root / "world.json").read_text())
+        return load_world(root, rhash)
     def make(tmp: Path) -> World:
         t0 = time.monotonic()
         if progress:

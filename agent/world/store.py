@@ -12,6 +12,9 @@ Cache layout (root: `$AGENT_CACHE`, else `~/.cache/posttrain-agent`):
     worlds/<size>-<hash12>/base/        the out-of-the-box parent (safetensors + tokenizer)
     worlds/<size>-<hash12>/world.json   the World manifest (hashes, build seconds)
     worlds/<size>-<hash12>/seed-bank/   L(0), built by agent.world.seed_bank
+
+A cached world is read through `load_world`, which refuses (BadInput, one line) a world whose
+weights no longer hash to what its world.json records: <hash12> names one set of weights.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from experience_bank.errors import BadInput
+from experience_bank.hashing import file_sha256
 from experience_bank.records import ModelRef
 
 OUTPUT_PROTOCOLS = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
@@ -31,6 +36,22 @@ RUNTIMES = ("trl-sft", "trl-grpo", "peft-lora")
 EVAL_PROTOCOL = "embedded-v1"
 SUITES = ("finance/source", "finance/target", "sql/source", "sql/target",
           "function/source", "function/target", "ifeval", "captrack")
+
+
+@dataclass(frozen=True)
+class BuildEnv:
+    """What a built base's weights depend on besides its recipe and that the build cannot pin:
+    the same recipe trained under another torch (or TRL, transformers, tokenizers, accelerate)
+    or on another CPU kernel set is a different world (agent/world/embedded.py hashes this into
+    the world's id). Not captured: a BLAS that picks other kernels at the same capability level
+    (e.g. MKL on another CPU vendor); the base weights hash, which results name, tells those apart."""
+
+    libraries: dict[str, str] = field(hash=False)
+    """Package -> version of the libraries the build runs."""
+    cpu: str
+    """torch's CPU kernel level (torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, ...)."""
+    machine: str
+    """platform.machine() (x86_64, arm64, ...)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +76,8 @@ class World:
     """An earlier checkpoint of the base's pretraining (the seed bank's usual source parent); ""
     when the world has none (then the base itself stands in)."""
     early_model: ModelRef | None = None
+    build: BuildEnv | None = None
+    """The environment the base was built in (None: a world converted, not trained: smol)."""
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -68,6 +91,8 @@ class World:
         d["model"] = ModelRef.model_validate_json(json.dumps(d["model"]))
         if d.get("early_model"):
             d["early_model"] = ModelRef.model_validate_json(json.dumps(d["early_model"]))
+        if d.get("build"):
+            d["build"] = BuildEnv(**d["build"])
         return cls(**d)
 
     # --- agent.world.interface.WorldData: the tasks this world's seed generates ----------
@@ -124,6 +149,25 @@ def cache_root() -> Path:
 
 def world_dir(size: str, recipe_hash: str) -> Path:
     return cache_root() / "worlds" / f"{size}-{recipe_hash[:12]}"
+
+
+def load_world(root: Path, world_hash: str) -> World:
+    """The cached world at `root`, after checking that it is the world `world_hash` names and
+    that its weights are the ones its world.json records (a base changed in place, or a world
+    copied under another world's id, would otherwise be served as this world)."""
+    world = World.from_json((root / "world.json").read_text())
+    name = f"{world.size}-{world.recipe_sha256[:12]}"
+    if world.recipe_sha256 != world_hash:
+        raise BadInput(f"{root} holds world {name}, not {root.name}: remove {root} and build the world again")
+    models = [(world.base_dir, world.model)] + ([(world.early_dir, world.early_model)] if world.early_model else [])
+    for folder, ref in models:
+        weights = Path(folder) / "model.safetensors"
+        sha = file_sha256(str(weights)) if weights.is_file() else "nothing"
+        if sha != ref.sha256:
+            raise BadInput(f"world {name}: {weights} has sha256 {sha[:12]}, its world.json records "
+                           f"{ref.sha256[:12]}: the cached world was changed; remove {root} and build it again")
+    return world
+
 
 def publish_world(root: Path, make: Callable[[Path], World]) -> World:
     """Build into a temp dir beside `root` with `make(tmp) -> World`, then rename it into place,
