@@ -273,6 +273,11 @@ def _run_argv(tmp_path: Path) -> list[str]:
     from test_run_e2e import CONFIG, crafted_bank
 
     crafted_bank(tmp_path / "bank.sqlite")
+    # Build (or load) the test world first: a first build prints its progress on stderr, which
+    # the tests below read as the command's one line.
+    from agent.world.embedded import ensure_world
+
+    ensure_world("test")
     return ["run", "--config", CONFIG, "--bank", str(tmp_path / "bank.sqlite"), "--out", str(tmp_path / "ep"),
             "--episode-budget", "12gpuh", "--quiet", "--no-tracking"]
 
@@ -281,6 +286,7 @@ def test_a_run_whose_folder_cannot_be_written_before_deciding_exits_2(tmp_path, 
     from agent.rundir import RunDir
 
     argv = _run_argv(tmp_path)
+    capsys.readouterr()
     monkeypatch.setattr(RunDir, "freeze", lambda self, m: _refuse(errno.ENOSPC)(self.manifest_file))
     assert main(argv) == 2
     line = _one_line(capsys.readouterr().err)
@@ -290,6 +296,7 @@ def test_a_run_whose_folder_cannot_be_written_before_deciding_exits_2(tmp_path, 
 
 def test_a_run_whose_bank_fills_up_mid_episode_exits_1_resumable_and_the_bank_verifies(tmp_path, monkeypatch, capsys):
     argv = _run_argv(tmp_path)
+    capsys.readouterr()
     calls = {"n": 0}
     real = heads.append
 
@@ -323,6 +330,7 @@ def test_a_run_failing_without_an_errno_on_a_full_run_directory_says_the_disk_is
     from agent import episode
 
     argv = _run_argv(tmp_path)
+    capsys.readouterr()
     real = os.statvfs(tmp_path)
 
     def drive(ctx, initial, checkpoints):
