@@ -26,7 +26,7 @@ def write_atomic(path: str | Path, text: str, before_replace: Callable[[], None]
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         if before_replace is not None:
-            before_replace()  # a test hook (agent/killpoints.py): a kill between the write and the rename
+            before_replace()  # a test hook (agent/run/killpoints.py): a kill between the write and the rename
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

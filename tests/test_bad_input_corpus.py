@@ -371,7 +371,7 @@ def test_malformed_input_is_one_line_exit_2_and_writes_nothing(case, ok, tmp_pat
     (tmp_path / "cache").mkdir()
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    monkeypatch.setattr("agent.episode._world_and_bank", _tripwire, raising=False)
+    monkeypatch.setattr("agent.loop.episode._world_and_bank", _tripwire, raising=False)
     folder = tmp_path / "case"
     folder.mkdir()
     for d in case.dirs:

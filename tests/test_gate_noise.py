@@ -190,7 +190,7 @@ def test_a_metric_no_probe_explains_fails_closed():
 
 
 def test_the_report_shows_each_check_beside_its_noise():
-    from agent.report import NOISE_HEADER, noise_rows
+    from agent.views.report import NOISE_HEADER, noise_rows
 
     initial = world("initial", arith=[True] * 6 + [False])
     v = judge(initial, world("child", arith=[True] * 5 + [False] * 2, sql=SQL_UP))

@@ -91,7 +91,7 @@ def test_rerun_of_finished_episode_is_a_no_op(tmp_path):
 def test_checkpoint_state_is_plain_json(tmp_path):
     import sqlite3
 
-    from agent.episode import strict_serde
+    from agent.run.checkpoints import strict_serde
     run_fake(tmp_path)
     conn = sqlite3.connect(tmp_path / "checkpoints.sqlite")
     serde = strict_serde()
@@ -104,7 +104,7 @@ def test_checkpoint_state_is_plain_json(tmp_path):
 def test_the_final_parent_is_scored_once_on_the_test_split_and_charged(tmp_path):
     final = run_fake(tmp_path)
     rows = {r["key"]: r for r in ledger_rows(tmp_path)}
-    from agent.rundir import RunDir
+    from agent.run.rundir import RunDir
 
     assert RunDir(tmp_path).has_evaluation(final["parent_sha"], "test")
     test_evals = [k for k in rows if k.endswith(":test")]

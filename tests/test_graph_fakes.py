@@ -207,10 +207,10 @@ def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
 def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
              fallback_lease: int = 1, cards=tuple(PLAN), ports=None):
     from agent.config import RunConfig
-    from agent.episode import RunAudit
-    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
-    from agent.rundir import RunDir
-    from agent.state import Ctx, Entry
+    from agent.run.audit import RunAudit
+    from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+    from agent.run.rundir import RunDir
+    from agent.loop.state import Ctx, Entry
     from trainers.ledger import Ledger
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +241,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
 
 
 def run_fake(run_dir: Path, **kw) -> dict:
-    from agent.episode import drive
+    from agent.loop.episode import drive
 
     ctx, initial, bank = make_ctx(run_dir, **kw)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.episode import drive
+from agent.loop.episode import drive
 from experience_bank.bank import Bank
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk

@@ -7,8 +7,8 @@ import json
 
 import bank_factory as bf
 from agent.cli.main import main
-from agent.episode import RunAudit, outcome_cell
-from agent.rundir import RunDir
+from agent.run.audit import RunAudit, outcome_cell
+from agent.run.rundir import RunDir
 from experience_bank.records import CurrentContext
 from policies import EpisodeState, decide
 from policies.replay import replay_run

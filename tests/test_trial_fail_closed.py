@@ -58,7 +58,7 @@ class MeasuringPorts(FakePorts):
 
 
 def test_an_unknown_trial_metric_is_recorded_as_fail_and_the_episode_goes_on(tmp_path):
-    from agent.episode import drive
+    from agent.loop.episode import drive
 
     ctx, initial, bank = make_ctx(tmp_path, ports=MeasuringPorts(tmp_path))
     try:

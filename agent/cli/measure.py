@@ -80,7 +80,7 @@ def cmd_compare(args) -> int:
         summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
                           config=args.config, n_jobs=args.jobs, executor=executor)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
-    from agent.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
+    from agent.views.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
 
     log_comparison(Path(args.out))
     for name, s in summary["policies"].items():

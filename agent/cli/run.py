@@ -41,7 +41,7 @@ def cmd_run(args) -> int:
 
     from agent.config import FLAG_KEYS, build_config
     from agent.inputs import check_out_dir
-    from agent.episode import run_episode
+    from agent.loop.episode import run_episode
 
     cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
     if cfg.out and not args.resume:

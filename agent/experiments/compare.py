@@ -16,7 +16,7 @@ Three layers, so the statistics are testable without running a model:
   and reported, never retried silently, and it cannot touch another job's files).
 
 What "endpoint" means here: the final parent's scores on the held-out *test* split, which
-`agent run` evaluates once at the end of every episode (agent.nodes.endpoint; no gate or
+`agent run` evaluates once at the end of every episode (agent.loop.nodes.endpoint; no gate or
 policy read it). The adoption-split figure, which the gate selected on and so is optimistic,
 is kept beside it (`endpoint_adoption`).
 """
@@ -36,7 +36,8 @@ from typing import Any
 from policies.stats import paired_t_interval, sign_flip_test
 from experience_bank.families import family_targets
 from agent.experiments.executor import Executor, Job, LocalExecutor
-from agent.rundir import RunDir
+from agent.run.manifest import ENDPOINT_SPLIT
+from agent.run.rundir import RunDir
 
 """Primary metric of each target task (evaluators/scoring/suites.py)."""
 IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
@@ -98,8 +99,6 @@ def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None
             final_sha = run.verdict(e["decision"]["decision_hash"]).child_sha256
             parent = _adoption_metrics(run, final_sha)
         trajectory.append([round(hours, 9), _targets(parent)])
-    from agent.nodes import ENDPOINT_SPLIT  # noqa: PLC0415 (the loop owns which split the endpoint is)
-
     test = _adoption_metrics(run, final_sha, ENDPOINT_SPLIT)
     if not test:
         raise ValueError(f"{run_dir}: the final parent {final_sha[:12]} has no {ENDPOINT_SPLIT}-split evaluation "
@@ -260,11 +259,6 @@ def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, confi
     return argv
 
 
-def finished(run_dir: Path) -> bool:
-    """The report is the loop's last node: its file marks a finished episode."""
-    return (run_dir / "report.md").exists()
-
-
 def _tail(path: Path, n: int = 2000) -> str:
     return path.read_text(encoding="utf-8", errors="replace")[-n:] if path.exists() else ""
 
@@ -274,7 +268,7 @@ def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any
     name = job_name(policy, seed)
     run_dir, log = out / "episodes" / name, out / "logs" / f"{name}.log"
     status: dict[str, Any] = {"policy": policy, "seed": seed, "run_dir": str(run_dir), "argv": argv}
-    if finished(run_dir):
+    if RunDir(run_dir).finished():
         return status | {"status": "done", "skipped": True}
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -283,7 +277,7 @@ def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any
         f.flush()
         rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
     status |= {"rc": rc, "wall_s": round(time.monotonic() - start, 3), "skipped": False}
-    if rc == 0 and finished(run_dir):
+    if rc == 0 and RunDir(run_dir).finished():
         status["status"] = "done"
     else:
         status |= {"status": "failed", "error": f"exit {rc}; log {log}: {_tail(log, 400)}"}

@@ -10,7 +10,6 @@ serializer (no pickle fallback, no msgpack object revival: a checkpoint is data,
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import time
@@ -18,15 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import RunConfig
-from agent.graph import build_graph
-from agent.killpoints import kill_point
-from agent.manifest import Manifest
-from agent.rundir import RunDir
-from agent.state import Ctx, Entry
+from agent.loop.graph import build_graph
+from agent.run.audit import RunAudit
+from agent.run.checkpoints import strict_serde
+from agent.run.killpoints import kill_point
+from agent.run.manifest import Manifest
+from agent.run.rundir import RunDir
+from agent.loop.state import Ctx, Entry
 from experience_bank.errors import BadInput
 
 
@@ -34,11 +34,6 @@ IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 
 RECURSION_LIMIT = 100_000
 """Supersteps: about five per candidate, so any catalogue fits."""
-
-
-def strict_serde() -> JsonPlusSerializer:
-    """A serializer that never unpickles and revives no Python objects (the state is plain JSON)."""
-    return JsonPlusSerializer(pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=None)
 
 
 def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any]:
@@ -54,67 +49,13 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
         for chunk in graph.stream(start, config, context=ctx, durability="sync", stream_mode="updates"):
             for node, update in chunk.items():
                 ctx.progress(node, update or {})
-                kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/killpoints.py)
+                kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/run/killpoints.py)
         return dict(graph.get_state(config).values)
     finally:
         conn.close()
 
 
 # --- the composition ---------------------------------------------------------------------
-
-
-class RunAudit:
-    """runs/ID/decisions.jsonl (policies/audit.py's hash-chained ledger, with the frozen inputs)
-    and outcomes.jsonl (its OutcomeCells, the one cell format): one line per decision / outcome,
-    written once (a re-run of a node finds its line by decision hash and writes nothing)."""
-
-    def __init__(self, rundir: RunDir, manifest: Manifest):
-        self.rundir, self.manifest = rundir, manifest
-
-    def _has(self, path: Path, decision_hash: str) -> bool:
-        if not path.exists():
-            return False
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line) if line.strip() else {}
-            if row.get("decision_hash", row.get("decision", {}).get("decision_hash")) == decision_hash:
-                return True
-        return False
-
-    def decision(self, decision, record, context, episode) -> None:
-        from policies.audit import write_ledger_entry
-
-        if self._has(self.rundir.decisions_file, decision.decision_hash):
-            return
-        write_ledger_entry(self.rundir.decisions_file, episode_id=self.rundir.episode_id, decision=decision,
-                           config=self.manifest.policy.config, state=episode, record=record, context=context)
-
-    def outcome(self, event, card) -> None:
-        from policies.audit import write_outcome
-
-        if event.action == "reject" or self._has(self.rundir.outcomes_file, event.decision.decision_hash):
-            return  # a rejection ran nothing: its cell stays undetermined, never guessed
-        write_outcome(self.rundir.outcomes_file, outcome_cell(event, card, self.manifest))
-
-
-def outcome_cell(event, card, manifest: Manifest):
-    """The OutcomeCell of one event that ran: trial verdict and delta, full-run effects, and the
-    outcome class (policies.outcomes) where a full run was judged by the gate."""
-    from policies.audit import OutcomeCell
-    from policies.outcomes import outcome_class
-
-    g, family = manifest.gate, card.family
-    full, cls = {}, None
-    if event.target_gain is not None and set(event.retention) >= {g.ifeval_prompt_metric, g.ifeval_instruction_metric}:
-        full = {"target": event.target_gain, "ifeval_p": event.retention[g.ifeval_prompt_metric],
-                "ifeval_i": event.retention[g.ifeval_instruction_metric]}
-        cls = outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=g.min_gain_pp[family],
-                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.gate_decided_by == "hard_failures")
-    fraction = f"{manifest.trial.fraction:.2f}"
-    short = {fraction: event.trial_delta} if event.trial_delta is not None and fraction in ("0.05", "0.10", "0.20") else {}
-    return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
-                       family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
-                       short=short, full=full, trial_device_hours=event.trial_device_hours,
-                       full_device_hours=max(event.cost_device_hours - event.trial_device_hours, 0.0))
 
 
 def _run_dir(cfg: RunConfig, resume: str | None) -> RunDir:
@@ -183,7 +124,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
                    "lineage": list(world.model.lineage),
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
                    "stop_reason": ""}
-        from agent.tracking import tracked  # the MLflow view (a tracker that is down warns once)
+        from agent.views.tracking import tracked  # the MLflow view (a tracker that is down warns once)
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
             return drive(ctx, initial, run_dir.checkpoints_file)
@@ -211,14 +152,14 @@ def _world_and_bank(cfg: RunConfig, say):
 
 
 def _allowlist(world, bank):
-    from agent.proposer import Allowlist
+    from agent.loop.proposer import Allowlist
 
     return Allowlist(datasets=dict(world.datasets), taken_ids=frozenset(e.record.card.id for e in bank.library_records()))
 
 
 def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -> Manifest:
-    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
-    from agent.promotion import init_parent
+    from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+    from agent.run.promotion import init_parent
 
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
@@ -245,8 +186,8 @@ def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world m
 
 
 def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:
-    from agent.nodes_ports import WorldPorts
-    from agent.proposer import load_proposals
+    from agent.loop.ports import WorldPorts
+    from agent.loop.proposer import load_proposals
     from trainers.ledger import Ledger
 
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}

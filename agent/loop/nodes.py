@@ -1,9 +1,9 @@
-"""The loop's nodes: small `State -> partial State` functions (see agent/graph.py).
+"""The loop's nodes: small `State -> partial State` functions (see agent/loop/graph.py).
 
 Every node may run twice: LangGraph resumes a crashed episode at the start of the node that
 was running. So a node that has an effect keys it by (episode, decision hash):
 - results (decision, trial, full run, evaluations, verdict) are written atomically where
-  agent/rundir.py says and read back on a re-run instead of being recomputed;
+  agent/run/rundir.py says and read back on a re-run instead of being recomputed;
 - ledger charges carry the key `<decision hash>:<role>` and the ledger ignores a key it has;
 - the bank freezes a decision once per hash and an event once per (episode, seq);
 - the trainer is idempotent on its run key `<episode>:<decision hash>:<role>`.
@@ -31,7 +31,7 @@ from experience_bank.results import GateVerdict, SuiteResult, TrainResult, Trial
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
-from agent.state import Ctx, State
+from agent.loop.state import Ctx, State
 
 # --- keyed results ---------------------------------------------------------------------
 
@@ -59,11 +59,6 @@ def _budget(ctx: Ctx) -> float:
 
 def _spent(ctx: Ctx) -> float:
     return round(ctx.ledger.spent(ctx.episode_id), 9)
-
-
-ENDPOINT_SPLIT = "test"
-"""The held-out split the episode's final parent is scored on once, at the end (the gate reads
-adoption, so an endpoint there would be optimistic)."""
 
 
 def _endpoint_reserve(ctx: Ctx) -> float:
@@ -105,7 +100,7 @@ def propose(state: State, runtime: Runtime[Ctx]) -> dict:
     """Catalogue candidates (the library) plus at most q LLM proposals (kept in proposals.json)."""
     ctx = runtime.context
     library = list(ctx.entries)
-    from agent.proposer import load_or_propose  # noqa: PLC0415 (the proposer imports the openai client)
+    from agent.loop.proposer import load_or_propose  # noqa: PLC0415 (the proposer imports the openai client)
     accepted = load_or_propose(ctx.run_dir, lambda: ctx.ports.propose([ctx.entries[h] for h in library]))
     for entry in accepted:
         ctx.entries[entry.hash] = entry
@@ -381,6 +376,6 @@ def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
     """Write runs/ID/report.md and report.html (pure over what the run stored)."""
-    from agent.report import write_report  # noqa: PLC0415 (matplotlib)
+    from agent.views.report import write_report  # noqa: PLC0415 (matplotlib)
     write_report(runtime.context, dict(state))
     return {"node": "report"}

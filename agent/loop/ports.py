@@ -15,10 +15,10 @@ from experience_bank.records import (CandidateCard, CurrentContext, Event, Histo
                                      Provenance, RetentionEffect, SourceContext, SourceEvidence)
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from agent.config import RunConfig
-from agent.manifest import Manifest
+from agent.run.manifest import Manifest
 from experience_bank.families import family_targets, target_metric
 from agent.world.examples import card_examples, card_rewards, parent_generator
-from agent.state import Entry
+from agent.loop.state import Entry
 
 class WorldPorts:
     def __init__(self, world: Any, cfg: RunConfig, allow: Any, manifest: Manifest):
@@ -128,7 +128,7 @@ class WorldPorts:
         return {c.name: c.drift_pct for c in prof.groups + prof.subs}
 
     def promote(self, run_dir: str, child_dir: str, verdict: GateVerdict) -> str:
-        from agent.promotion import promote
+        from agent.run.promotion import promote
 
         return promote(run_dir, child_dir, verdict).parent.path
 
@@ -157,7 +157,7 @@ class WorldPorts:
     def propose(self, library: list[Entry]) -> list[dict[str, Any]]:
         if self.cfg.proposer != "openai":
             return []
-        from agent.proposer import OpenAIProposer
+        from agent.loop.proposer import OpenAIProposer
 
         return OpenAIProposer(self.cfg.base_url, self.cfg.model, self.allow, self.to_proposal,
                               limit=self.cfg.max_proposals, timeout_s=self.cfg.proposer_timeout_s)(library)

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.inputs import read_json
-from agent.state import Entry
+from agent.loop.state import Entry
+from agent.run.rundir import RunDir
 from agent.world.catalogue import Needs
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
@@ -229,7 +230,7 @@ def _whole_reply_rejected(reason: str, raw: str) -> dict[str, Any]:
 
 def load_proposals(run_dir: Path) -> list[Entry]:
     """Accepted proposals of a run (empty before the propose node ran)."""
-    path = Path(run_dir) / "proposals.json"
+    path = RunDir(Path(run_dir)).proposals_file
     if not path.exists():
         return []
     rows = read_json(path, "proposals file")
@@ -245,7 +246,7 @@ def load_proposals(run_dir: Path) -> list[Entry]:
 
 def load_or_propose(run_dir: Path, produce: Callable[[], list[dict[str, Any]]]) -> list[Entry]:
     """Ask once per episode; proposals.json is the frozen answer."""
-    path = Path(run_dir) / "proposals.json"
+    path = RunDir(Path(run_dir)).proposals_file
     if not path.exists():
         write_atomic(path, json.dumps(produce(), indent=1, ensure_ascii=False))
     return load_proposals(run_dir)

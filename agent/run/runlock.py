@@ -21,13 +21,13 @@ from pathlib import Path
 
 from experience_bank.errors import BadInput
 
-LOCK = "run.lock"
+from agent.run.rundir import RunDir
 
 
 @contextmanager
 def hold(run_dir: Path) -> Iterator[None]:
     """Hold the run's lock while the body runs; BadInput when another live process holds it."""
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(RunDir(run_dir).lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -42,7 +42,7 @@ def hold(run_dir: Path) -> Iterator[None]:
 
 def running(run_dir: Path) -> bool:
     """True while a live process holds the run's lock (never blocks, never creates the file)."""
-    path = run_dir / LOCK
+    path = RunDir(run_dir).lock_file
     if not path.is_file():
         return False
     fd = os.open(path, os.O_RDONLY)

@@ -1,6 +1,6 @@
 """The report's charts as PNG bytes: budget burn-down, suite trajectories, IFEval guard.
 
-Each function takes the same rows the report's tables show (agent/report.py computes them
+Each function takes the same rows the report's tables show (agent/views/report.py computes them
 once) and returns a PNG, so report.md links the file and report.html embeds the bytes. Sized
 for a laptop-width page (about 1000 px wide at 100 dpi); matplotlib's Agg backend, no display.
 """

@@ -30,15 +30,21 @@ trainer curves are the final metrics TRL returned (`TrainResult.log`), logged he
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from agent.run.promotion import read_pointer
+from agent.run.rundir import RunDir
+from agent.run.runlock import hold
 
 EXPERIMENT = "posttrain-agent"
 CHAMPION, PREVIOUS = "champion", "previous"
@@ -82,8 +88,6 @@ class Tracker:
     """One episode's MLflow view. Every public method is a no-op once the tracker is down."""
 
     def __init__(self, uri: str, run_dir: Path, say: Callable[[str], None]):
-        from agent.rundir import RunDir  # noqa: PLC0415
-
         self.uri, self.run_dir, self.say = uri, run_dir, say
         self.rundir = RunDir(run_dir)
         self.down = False
@@ -127,8 +131,6 @@ class Tracker:
         are not safe to run twice at once). Alembic's notes on its own migration steps are silenced."""
         if not self.uri.startswith("sqlite:///"):
             return fn()
-        import fcntl  # noqa: PLC0415
-        import warnings  # noqa: PLC0415
 
         lock = Path(self.uri.removeprefix("sqlite:///") + ".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
@@ -275,7 +277,6 @@ class Tracker:
 
     def _move_champion(self, client, lineage: str) -> None:
         """`champion` follows parent.json (the truth); the champion it replaces becomes `previous`."""
-        from agent.promotion import read_pointer  # noqa: PLC0415
 
         sha = read_pointer(self.run_dir).parent.sha256
         mine = client.search_model_versions(f"name = '{lineage}' and tag.sha256 = '{sha}'")
@@ -300,11 +301,9 @@ class Tracker:
 
     def _finish(self, finished: bool) -> None:
         client = self._mlflow()
-        from agent.report import HEATMAP_JSON, HEATMAP_PNG  # noqa: PLC0415
-
         rd = self.rundir
         for path in (rd.manifest_file, rd.parent_file, rd.decisions_file, rd.outcomes_file, rd.report_md,
-                     rd.report_html, rd.path / HEATMAP_PNG, rd.path / HEATMAP_JSON):
+                     rd.report_html, rd.heatmap_png, rd.heatmap_json):
             if path.is_file():
                 client.log_artifact(self._run_id, str(path))
         if finished:
@@ -321,11 +320,9 @@ def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] =
     `agent runs ls` tells a live run from a killed one) and, when enabled, the MLflow view,
     synced after every `commit` and at the end.
 
-    `ctx` is the episode's runtime context (agent.state.Ctx): the bank's events, the ledger's
+    `ctx` is the episode's runtime context (agent.loop.state.Ctx): the bank's events, the ledger's
     charges and the entries' cards are read from it; everything else from the run directory.
     """
-    from agent.runlock import hold  # noqa: PLC0415
-
     with hold(ctx.run_dir):
         if not enabled:
             yield None
@@ -350,10 +347,8 @@ def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] =
             yield tracker
         finally:
             ctx.progress = inner
-        from agent.experiments.compare import finished  # noqa: PLC0415 (the one "episode ended" rule)
-
         sync()
-        tracker.finish(finished=finished(ctx.run_dir))
+        tracker.finish(finished=RunDir(ctx.run_dir).finished())
 
 
 def _flat(prefix: str, value: Any) -> dict[str, float]:
