@@ -19,6 +19,7 @@ from typing import Any, Iterator
 from experience_bank.errors import BadInput
 from experience_bank.files import jsonl_text, read_only
 from experience_bank.hashing import loads_strict
+from safetensors import SafetensorError, safe_open
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html)."""
@@ -202,8 +203,6 @@ def _check_tokenizer(folder: Path, flag: str) -> None:
 
 def _check_safetensors(file: Path, flag: str) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape, from the file's header (no tensor data is read)."""
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(file), framework="pt") as f:
             return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}

@@ -19,6 +19,8 @@ from agent.inputs import check_bank_file, jsonl_lines, read_text
 from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
 from experience_bank.records import Grade, Ident, Nu, parse_model
+from experience_bank.records import CurrentContext
+from policies import EpisodeState, PolicyConfig, authorize, compile, features_from_row, next_state
 
 
 
@@ -116,8 +118,6 @@ def _rows(path: str) -> list[dict]:
 
 def _features(args) -> list:
     from experience_bank.bank import Bank
-    from experience_bank.records import CurrentContext
-    from policies import compile, features_from_row
     if args.features:
         if args.bank or args.context:
             raise BadInput("give either --features or --bank with --context, not both")
@@ -139,7 +139,6 @@ def _features(args) -> list:
 
 
 def cmd_authorize(args) -> int:
-    from policies import EpisodeState, PolicyConfig, authorize, next_state
     config, state = PolicyConfig(), EpisodeState()
     for f in _features(args):  # one episode's worth: the quota is spent in input order
         d = authorize(f, args.policy, state, config)

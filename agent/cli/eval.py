@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent.inputs import check_model_dir, check_out_dir
 from experience_bank.errors import BadInput
+from evaluators.tasks import SPLITS, TASKS
 
 
 def check_inputs(args) -> None:
@@ -62,8 +63,6 @@ def eval_cmd(args) -> int:
 
 def register(sub) -> None:
     """Add `agent eval` to the `agent` parser."""
-    from evaluators.tasks import SPLITS, TASKS
-
     p = sub.add_parser("eval", help="score a model on one suite split",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="local HF model folder (safetensors), or a served model name")

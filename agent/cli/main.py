@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from experience_bank.errors import BadInput
+from importlib.metadata import version
 
 COMMAND_MODULES = (
     "agent.cli.bank",      # bank init/import/export/list/show/verify/consolidate
@@ -57,8 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import version  # noqa: PLC0415
-
     return version("posttrain-agent")
 
 

@@ -7,6 +7,9 @@ import os
 from pathlib import Path
 
 from experience_bank.errors import BadInput
+from agent.config import build_config
+from agent.experiments.executor import session, task_resources
+from policies import POLICIES
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 """The five of the published comparison (docs/results/compare-default.md)."""
@@ -58,7 +61,6 @@ def _no_cache(args) -> None:
 
 def cmd_compare(args) -> int:
     from agent.experiments.compare import compare  # noqa: PLC0415
-    from policies import POLICIES  # noqa: PLC0415
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -71,8 +73,6 @@ def cmd_compare(args) -> int:
     if args.episode_budget:
         from trainers.ledger import parse_budget  # noqa: PLC0415
         parse_budget(args.episode_budget)  # BadInput before any episode starts
-    from agent.config import build_config  # noqa: PLC0415
-    from agent.experiments.executor import session, task_resources  # noqa: PLC0415
 
     resources = task_resources(build_config(args.config))  # what one episode holds on a Ray worker
     _no_cache(args)
@@ -94,7 +94,6 @@ def cmd_compare(args) -> int:
 def cmd_retrospective(args) -> int:
     if not args.execute:
         raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
-    from agent.experiments.executor import session  # noqa: PLC0415
     from agent.experiments.retrospective import cell_resources, retrospective  # noqa: PLC0415
 
     _no_cache(args)

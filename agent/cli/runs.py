@@ -14,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from experience_bank.errors import BadInput
 
 if TYPE_CHECKING:  # imported inside the commands: RunDir pulls in the audit (scipy), `agent --help` stays fast
     from agent.run.rundir import RunDir
@@ -66,7 +67,6 @@ def describe(run_dir: Path) -> dict[str, Any]:
 def list_runs(folder: Path) -> list[dict[str, Any]]:
     """Every episode directly under `folder`, oldest first (by manifest time)."""
     from agent.run.rundir import RunDir  # noqa: PLC0415
-    from experience_bank.errors import BadInput  # noqa: PLC0415
 
     if not folder.is_dir():
         raise BadInput(f"runs folder {folder} not found: pass --runs DIR (the folder that holds runs/ID directories)")
@@ -76,8 +76,6 @@ def list_runs(folder: Path) -> list[dict[str, Any]]:
 
 def _row(run_dir: Path) -> dict[str, Any]:
     """describe(), or a row that names what is damaged: one bad run must not hide the others."""
-    from experience_bank.errors import BadInput  # noqa: PLC0415
-
     try:
         return describe(run_dir)
     except (BadInput, OSError, ValueError, KeyError) as exc:

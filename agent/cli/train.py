@@ -20,6 +20,8 @@ from pathlib import Path
 from agent.inputs import check_model_dir, check_out_dir, read_jsonl, read_text
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard, parse_model
+from agent.world.examples import card_examples, card_rewards, parent_generator
+from trainers.data import build_examples
 
 
 def register(sub) -> None:
@@ -80,8 +82,6 @@ def check_inputs(args) -> CandidateCard:
 
 
 def run(args) -> int:
-    from agent.world.examples import card_examples, card_rewards, parent_generator
-    from trainers.data import build_examples
     from trainers.run import train
 
     card = check_inputs(args)

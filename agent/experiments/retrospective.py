@@ -48,6 +48,16 @@ from policies import outcomes
 from policies.stats import clopper_pearson, spearman
 from agent.config import RunConfig
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
+import trainers
+from agent.experiments.retro_summary import write_summary
+from agent.world.catalogue import catalogue, catalogue_sha256
+from agent.world.controls import control_card, control_examples, control_key, is_control
+from agent.world.embedded import ensure_world
+from agent.world.examples import card_examples, card_rewards, parent_generator
+from agent.world.interface import current_context, suite_items
+from experience_bank.runcache import from_env
+from policies import EpisodeState, PolicyConfig, compile as compile_features
+from policies.authorize import decide
 
 FRACTIONS = (0.05, 0.10, 0.20)
 MIN_EFFECT_PP = 1.0
@@ -187,8 +197,6 @@ def _run(ports: CellPorts, card: Any, cell: Path, parent: str, fraction: float, 
 def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str, fraction: float, seed: int,
                    family: str, split: str, root: Path) -> dict[str, float]:
     """The matched control's scores: trained once per control_key, evaluated once per family and split."""
-    from agent.world.controls import control_key  # noqa: PLC0415
-
     key_dir = root / control_key(control, parent, seed, fraction)
     run = _once(key_dir / "run.json", lambda: ports.train(control, parent_dir, fraction, seed, str(key_dir / "run")))
     return _once(key_dir / f"{family}-{split}.json",
@@ -257,9 +265,7 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
 def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[str, str]:
     """decisions.jsonl (policies/audit.py's chained ledger): BCIT's decision per cell from a fresh
     episode state, with the record and context, written once before any outcome; returns the hashes."""
-    from policies import EpisodeState, PolicyConfig  # noqa: PLC0415
     from policies.audit import write_ledger_entry  # noqa: PLC0415
-    from policies.authorize import decide  # noqa: PLC0415
 
     path, cfg, hashes = out / "decisions.jsonl", PolicyConfig(), {}
     fresh = not path.exists()
@@ -311,8 +317,6 @@ class WorldPorts:
     """Real runs: trainers.train and evaluators.evaluate on the embedded world."""
 
     def __init__(self, world: Any):
-        from experience_bank.runcache import from_env  # noqa: PLC0415
-
         self.world = world
         self.sizes = EVAL_N[world.size]
         self.cache = from_env()  # shared with episodes and the seed bank; None under --no-cache
@@ -320,7 +324,6 @@ class WorldPorts:
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
         from evaluators import evaluate  # noqa: PLC0415
 
-        from agent.world.interface import suite_items  # noqa: PLC0415
 
         w, (n, n_ifeval) = self.world, self.sizes[split]
         target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n,
@@ -335,10 +338,6 @@ class WorldPorts:
         return values
 
     def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
-        import trainers  # noqa: PLC0415
-        from agent.world.controls import control_examples, is_control  # noqa: PLC0415
-        from agent.world.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
-
         generate = parent_generator(parent_dir, seed=seed)
         rows = (control_examples(card, self.world, seed, generate) if is_control(card)
                 else card_examples(card, self.world, seed, generate=generate))
@@ -351,16 +350,12 @@ class WorldPorts:
 
 def base_context(world: Any) -> Any:
     """x_t of every cell: the world's base model at stage 0, everything the world provides."""
-    from agent.world.interface import current_context  # noqa: PLC0415
-
     return current_context(world, world.model, 0)
 
 
 def embedded_ports(size: str) -> WorldPorts:
     """The ports of the embedded world of `size`, built where they are called (a Ray worker reads
     the world from its $AGENT_CACHE, or builds it when that cache lacks it)."""
-    from agent.world.embedded import ensure_world  # noqa: PLC0415
-
     return WorldPorts(ensure_world(size))
 
 
@@ -371,11 +366,7 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
     None: the embedded world of `size`, which each worker builds its own ports for."""
-    from agent.world.catalogue import catalogue, catalogue_sha256  # noqa: PLC0415
-    from agent.world.controls import control_card  # noqa: PLC0415
     from agent.world.seed_bank import seed_records  # noqa: PLC0415
-    from agent.world.embedded import ensure_world  # noqa: PLC0415
-    from policies import compile as compile_features  # noqa: PLC0415
 
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None else partial(embedded_ports, size))
     world = world if world is not None else ensure_world(size)
@@ -393,7 +384,6 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
     result = run_table(out, cards, make_ports, world.base_dir, seed, features, hashes,
                        controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor)
-    from agent.experiments.retro_summary import write_summary  # noqa: PLC0415
 
     write_summary(out)
     return result

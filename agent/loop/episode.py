@@ -28,6 +28,14 @@ from agent.run.manifest import Manifest
 from agent.run.rundir import RunDir
 from agent.loop.state import Ctx, Entry
 from experience_bank.errors import BadInput
+from agent.inputs import check_bank_file
+from agent.progress import live_display, reporter
+from agent.world.interface import seed_cards, world_for
+from agent.world.local import local_world
+from agent.world.store import SUITES
+from evaluators.generate import check_backend
+from policies import POLICIES
+from trainers.launch import check_launch
 
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
@@ -78,8 +86,6 @@ def check_inputs(cfg: RunConfig) -> float:
     """Every check that needs no writing; BadInput names the problem and the fix."""
     from trainers.ledger import parse_budget
 
-    from agent.inputs import check_bank_file
-    from policies import POLICIES
 
     budget_h = parse_budget(cfg.episode_budget)
     if cfg.policy not in POLICIES:
@@ -87,11 +93,7 @@ def check_inputs(cfg: RunConfig) -> float:
     if cfg.proposer == "openai" and not (cfg.base_url and cfg.model):
         raise BadInput("--proposer openai needs --base-url URL and --model NAME")
     if cfg.base_model is not None:
-        from agent.world.local import local_world
-
         local_world(cfg)  # model folder, every dataset file and pool: checked, nothing written
-    from trainers.launch import check_launch
-    from evaluators.generate import check_backend
 
     check_backend(cfg.backend)
     check_launch(cfg.launcher, cfg.deepspeed_config)
@@ -134,10 +136,8 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
 
 def _world_and_bank(cfg: RunConfig, say):
     """The world (embedded or local: agent.world.interface) and the bank, its L(0) built once."""
-    from agent.world.interface import seed_cards, world_for
     from experience_bank.bank import Bank
 
-    from agent.progress import reporter
 
     name = "local" if cfg.base_model is not None else cfg.world
     with reporter(f"world {name}", cfg.quiet, say) as progress:
@@ -180,7 +180,6 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
 
 
 def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world module
-    from agent.world.store import SUITES
 
     return SUITES
 
@@ -201,8 +200,6 @@ def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, s
 def _display(cfg: RunConfig, ctx: Ctx, say):
     """Live progress (budget left, node, candidate, last verdict); --quiet, or stdout that is
     not a terminal, gets log lines."""
-    from agent.progress import live_display
-
     budget = ctx.manifest.budget_device_hours
     seen: dict[str, Any] = {"node": "", "candidate": "", "verdict": "", "spent": 0.0}
 

@@ -19,12 +19,18 @@ from agent.run.manifest import Manifest
 from experience_bank.families import family_targets, target_metric
 from agent.world.examples import card_examples, card_rewards, parent_generator
 from agent.loop.state import Entry
+import trainers
+from agent.world.catalogue import applicability, runtime_of
+from agent.world.interface import current_context
+from agent.world.store import RUNTIMES, SUITES
+from experience_bank.runcache import from_env
+from policies.authorize import WITHOUT_APPLICABILITY
+from policies.features import compile as compile_features
+from trainers.checkpoint import weights_sha256
+from trainers.launch import LaunchSpec
 
 class WorldPorts:
     def __init__(self, world: Any, cfg: RunConfig, allow: Any, manifest: Manifest):
-        from agent.world.store import RUNTIMES, SUITES
-
-        from experience_bank.runcache import from_env
 
         self.world, self.cfg, self.allow, self.manifest = world, cfg, allow, manifest
         self.suites, self.runtimes = tuple(SUITES), tuple(RUNTIMES)
@@ -38,13 +44,9 @@ class WorldPorts:
                         chat_template_sha256=self.world.chat_template_sha256, lineage=tuple(lineage))
 
     def context(self, parent_dir: str, parent_sha: str, stage: int, lineage: tuple[str, ...] = ()) -> CurrentContext:
-        from agent.world.interface import current_context
-
         return current_context(self.world, self.model_ref(parent_dir, parent_sha, lineage), stage)
 
     def executable(self, record: HistoricalRecord | Proposal) -> str | None:
-        from agent.world.catalogue import runtime_of
-
         card = record.card
         for mix in card.data.mix:
             if self.world.datasets.get(mix.dataset.id) != mix.dataset.sha256:
@@ -57,9 +59,6 @@ class WorldPorts:
 
     # --- decisions --------------------------------------------------------------------
     def compile(self, entry: Entry, ctx: CurrentContext):
-        from policies.authorize import WITHOUT_APPLICABILITY
-        from policies.features import compile as compile_features
-
         policy = self.manifest.policy
         return compile_features(entry.record, ctx, use_applicability=policy.name not in WITHOUT_APPLICABILITY,
                                 conflicted=entry.conflicted, discounts=policy.config.discounts)
@@ -80,8 +79,6 @@ class WorldPorts:
         return card_examples(card, self.world, self.cfg.seed, generate=gen)
 
     def model_sha(self, model_dir: str) -> str:
-        from trainers.checkpoint import weights_sha256
-
         return weights_sha256(model_dir)
 
     def trial(self, card, parent_dir, out_dir, run_key, measure) -> TrialResult:
@@ -96,8 +93,6 @@ class WorldPorts:
                      launch=self._launch(), cache=self.cache)
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from) -> TrainResult:
-        import trainers
-
         return trainers.train(card, parent_dir, self._examples(card, parent_dir), out_dir=out_dir, run_key=run_key,
                               fraction=1.0, reward_funcs=card_rewards(card), resume_from=resume_from,
                               seed=self.cfg.seed, threads=self.cfg.torch_threads, launch=self._launch(),
@@ -107,7 +102,6 @@ class WorldPorts:
         """None for a local run; `launcher: accelerate` launches every run (trainers/launch.py)."""
         if self.cfg.launcher != "accelerate":
             return None
-        from trainers.launch import LaunchSpec
 
         return LaunchSpec(deepspeed_config=self.cfg.deepspeed_config)
 
@@ -139,7 +133,6 @@ class WorldPorts:
         gain = event.target_gain if event.target_gain is not None else event.trial_delta
         if gain is None:
             return None
-        from agent.world.catalogue import runtime_of
 
         data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
         retention = tuple(RetentionEffect(metric=f"ifeval.{k}", delta=v) for k, v in sorted(event.trial_retention.items()))
@@ -164,8 +157,6 @@ class WorldPorts:
 
     def to_proposal(self, card: CandidateCard, needs) -> Proposal:
         """A proposal whose B_i is built from the needs it declares (BadInput where they contradict the card)."""
-        from agent.world.catalogue import applicability
-
         data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
         return Proposal(card=card, applicability=applicability(card, self.world, needs), provenance=Provenance(
             model_sha256=self.world.model.sha256, data_sha256=data, config_sha256=card.content_hash(),

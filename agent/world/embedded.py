@@ -55,6 +55,10 @@ from experience_bank.records import ModelRef
 
 from agent.progress import Progress
 from agent.world.store import World, publish_world, world_dir
+import random
+from agent.world.smol import ensure_smol_world
+from agent.world.tokenizer import train_tokenizer, world_texts
+from evaluators import tasks
 
 
 WORLD_FORMAT = "world-v3"
@@ -121,8 +125,6 @@ def recipe_for(size: str) -> Recipe:
 
 def recipe_sha256(recipe: Recipe) -> str:
     """Hash of the recipe, the build format and the pretraining data's content hashes."""
-    from evaluators import tasks
-
     data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}  # tokenizer reads all
     return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data})
 
@@ -134,8 +136,6 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     when other CPU jobs share the machine: oversubscribed OpenMP threads spin and made the
     test build ~5x slower here."""
     if size == "smol":
-        from agent.world.smol import ensure_smol_world
-
         return ensure_smol_world(progress=progress)
     recipe = recipe_for(size)
     rhash = recipe_sha256(recipe)
@@ -160,8 +160,6 @@ def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) ->
 
 
 def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
-    from evaluators import tasks
-
     from transformers import AutoTokenizer
 
     # the same identity evaluators record (sha256 of the loaded tokenizer's template text)
@@ -183,9 +181,6 @@ def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds:
 
 def pretraining_rows(recipe: Recipe) -> list[dict]:
     """The pretraining mixture as TRL prompt/completion rows, in a fixed seeded order."""
-    import random
-
-    from evaluators import tasks
 
     rows: list[dict] = []
     for ds, n in recipe.mixture:
@@ -201,9 +196,7 @@ def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = 
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from agent.world.tokenizer import train_tokenizer, world_texts
 
-    from evaluators import tasks
 
     rows = pretraining_rows(recipe)
     # The tokenizer sees every training pool of the world (as a real tokenizer covers the

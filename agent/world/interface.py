@@ -14,6 +14,10 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from experience_bank.records import ModelRef
+from agent.world.embedded import ensure_world
+from agent.world.local import local_world
+from agent.world.store import RUNTIMES
+from experience_bank.records import CurrentContext
 
 
 @runtime_checkable
@@ -65,9 +69,6 @@ class WorldData(Protocol):
 def current_context(world: WorldData, parent: ModelRef, stage: int):
     """x_t: the world's families, target tasks, datasets, runtimes and protocols around `parent`
     (the one definition: the loop's authorize node and the retrospective's cells both call it)."""
-    from experience_bank.records import CurrentContext
-
-    from agent.world.store import RUNTIMES
 
     families = tuple(world.output_protocols)
     return CurrentContext(parent=parent, stage=stage, families=families, tasks={f: f"{f}/target" for f in families},
@@ -84,10 +85,7 @@ def world_for(cfg, progress=None) -> WorldData:
     """The world a run config names: a local world when it sets `base_model`, else the embedded
     world of its size (built once and cached)."""
     if cfg.base_model is not None:
-        from agent.world.local import local_world
-
         return local_world(cfg)
-    from agent.world.embedded import ensure_world
 
     return ensure_world(cfg.world, progress=progress)
 

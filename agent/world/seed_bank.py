@@ -57,6 +57,11 @@ from agent.world.source_contexts import (
 )
 from agent.progress import Progress
 from agent.world.interface import WorldData as World
+import trainers
+from agent.world import controls
+from agent.world.examples import card_examples, card_rewards, parent_generator
+from agent.world.interface import suite_items
+from experience_bank.runcache import from_env
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -96,8 +101,6 @@ def seed_dir(world: World) -> Path:
 
 def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
     """Everything that determines the seed records: world, catalogue, plan and sizes."""
-    from agent.world import controls
-
     return content_hash({"world": world.recipe_sha256, "catalogue": catalogue_sha256(), "grades": GRADE_PLAN,
                          "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
                          "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS,
@@ -169,7 +172,6 @@ class _Runner:
         self.root = seed_dir(world)
         self.cards = {c.id: c for c in catalogue(world)}
         self.pairs, self.control_runs = 0, set()
-        from experience_bank.runcache import from_env
 
         self.cache = from_env()  # the retrospective's and the episodes' runs of the same content are reused
 
@@ -209,9 +211,6 @@ class _Runner:
     def control(self, card: CandidateCard, parent_dir: str, parent: ModelRef, seed: int) -> tuple[str, dict]:
         """The matched control of (card, parent, seed), trained once per match key and evaluated
         once per family; returns its evaluation name and summary."""
-        import trainers
-
-        from agent.world.examples import card_rewards, parent_generator
 
         # the control of the source run: its steps and examples, the reference recipe, no intervention
         ctrl = control_card(source_card(card, self.world, self.size.step_scale), self.world)
@@ -236,7 +235,6 @@ class _Runner:
             return json.loads(summary.read_text())
         from evaluators import evaluate
 
-        from agent.world.interface import suite_items
 
         n, r = self.size.eval_n, self.size.retention_n
         results = evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
@@ -256,9 +254,6 @@ class _Runner:
     def train(self, card: CandidateCard, parent_dir: str, seed: int) -> tuple[str, str, list[str]]:
         """Train the card's source analogue (idempotent by run key); returns (child dir, sha,
         names of the sanity checks it failed)."""
-        import trainers
-
-        from agent.world.examples import card_examples, card_rewards, parent_generator
 
         src = source_card(card, self.world, self.size.step_scale)
         digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])

@@ -22,6 +22,8 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
+from agent.world.store import World, cache_root, publish_world
+from evaluators import tasks
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256_PREFIX = "b179c952"
@@ -60,10 +62,8 @@ def convert(gguf: Path, out_dir: Path) -> None:
 
 def ensure_smol_world(progress=None):
     """The smol World: converted once and cached like the embedded worlds."""
-    from evaluators import tasks
     from transformers import AutoTokenizer
 
-    from agent.world.store import World, cache_root, publish_world
 
     gguf = gguf_path()
     gsha = file_sha256(str(gguf))

@@ -17,6 +17,7 @@ Why these choices:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 PAD, EOS, BOS_TURN = "<|endoftext|>", "<|im_end|>", "<|im_start|>"
 SPECIAL_TOKENS = (PAD, BOS_TURN, EOS)
@@ -38,7 +39,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int
 
     Deterministic for the same texts in the same order (the `tokenizers` BPE trainer breaks
     ties by byte order)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
