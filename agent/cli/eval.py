@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent.inputs import check_model_dir, check_out_dir
 from experience_bank.errors import BadInput
+from evaluators import loaders
 from evaluators.tasks import SPLITS, TASKS
 
 
@@ -34,7 +35,7 @@ def check_inputs(args) -> None:
 
 
 def eval_cmd(args) -> int:
-    from evaluators import evaluate, loaders  # heavy imports only when the command runs
+    from evaluators import evaluate  # noqa: PLC0415 (torch and transformers, only when the command runs)
 
     check_inputs(args)
     items = {args.suite: loaders.for_suite(args.suite, args.data, args.split, args.n)} if args.data else None

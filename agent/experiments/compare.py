@@ -7,8 +7,8 @@ episode's consolidation leaks into another's), the same config and the same budg
 manifest (`pairing` in compare.json) rather than assumed.
 
 Three layers, so the statistics are testable without running a model:
-- `read_episode(run_dir)` reads what an episode recorded (manifest.json, outcomes.jsonl,
-  steps/*/verdict.json, evals/<sha16>-adoption/results.json) into a plain `EpisodeResult`;
+- `read_episode(run_dir)` (agent/experiments/episodes.py) reads what an episode recorded (its
+  manifest, its bank's events, verdicts and evaluations, through RunDir) into an EpisodeResult;
 - `summarise(episodes)` is pure aggregation (per policy, per pair of policies);
 - `run_jobs(...)` runs the episodes as `agent run` subprocesses through an executor
   (agent/experiments/executor.py: threads of this machine, or Ray tasks on a cluster), each
@@ -34,98 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from policies.stats import paired_t_interval, sign_flip_test
-from experience_bank.families import family_targets
+from agent.experiments.compare_output import write_outputs
+from agent.experiments.episodes import IFEVAL_METRICS, PAIRING_KEYS, adoption_metrics, endpoint_mean, read_episode
 from agent.experiments.executor import Executor, Job, LocalExecutor
-from agent.run.manifest import ENDPOINT_SPLIT
 from agent.run.rundir import RunDir
 
-"""Primary metric of each target task (evaluators/scoring/suites.py)."""
-IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
-PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "initial.sha256")
-"""Manifest values that must agree across the policies of one seed."""
 
 
-# --- reading one episode -------------------------------------------------------------------
 
 
-def _adoption_metrics(run: RunDir, sha: str, split: str = "adoption") -> dict[str, float]:
-    """Flat `suite.metric` values of one model's evaluation on a split ({} when not recorded)."""
-    if not run.has_evaluation(sha, split):
-        return {}
-    return {f"{s}.{k}": v for s, r in run.evaluation(sha, split).items() for k, v in r.metrics.items()
-            if v is not None}
 
 
-def _events(manifest) -> list[dict]:
-    """The episode's executed events, from its own bank's hash-chained history (the run
-    directory's outcomes.jsonl holds audit outcome cells, not events)."""
-    from experience_bank.bank import Bank
-
-    with Bank.open(manifest.config["bank"]) as bank:
-        return [e.model_dump(mode="json") for e in bank.events(manifest.episode_id)]
 
 
-def _manifest_value(manifest, dotted: str) -> Any:
-    value: Any = manifest.model_dump(mode="json")
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
-
-def _targets(metrics: dict[str, float]) -> dict[str, float]:
-    return {fam: metrics[key] for fam, key in family_targets().items() if key in metrics}
-
-
-def _authorized(event: dict) -> bool:
-    """A full run was authorized: it ran, or the decision allowed it and only the budget refused it."""
-    return event["full_run"] in ("ran", "refused")
-
-
-def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> dict[str, Any]:
-    """The recorded results of one finished episode as a plain EpisodeResult dict.
-
-    An episode that ran no full run never scored its initial parent on adoption (only the gate
-    does); `initial_adoption` then supplies those scores, read from a paired episode that did
-    (the same weights on the same items: see `collect`)."""
-    run = RunDir(run_dir)
-    manifest = run.manifest()
-    events = sorted(_events(manifest), key=lambda e: e["seq"])
-    parent = _adoption_metrics(run, manifest.initial.sha256) or dict(initial_adoption or {})
-    initial, final_sha = dict(parent), manifest.initial.sha256
-    hours, trajectory = 0.0, [[0.0, _targets(parent)]]
-    for e in events:
-        hours += e["cost_device_hours"]
-        if e["outcome"] == "promoted":
-            final_sha = run.verdict(e["decision"]["decision_hash"]).child_sha256
-            parent = _adoption_metrics(run, final_sha)
-        trajectory.append([round(hours, 9), _targets(parent)])
-    test = _adoption_metrics(run, final_sha, ENDPOINT_SPLIT)
-    if not test:
-        raise ValueError(f"{run_dir}: the final parent {final_sha[:12]} has no {ENDPOINT_SPLIT}-split evaluation "
-                         "(an episode finished before the endpoint existed): run it again")
-    return {
-        "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
-        "families": sorted(_targets(test)), "initial_sha256": manifest.initial.sha256,
-        "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
-        "endpoint": _targets(test), "endpoint_adoption": _targets(parent), "initial": _targets(initial),
-        "ifeval": {k: test.get(k) for k in IFEVAL_METRICS}, "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
-        "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
-        "promotions": sum(e["outcome"] == "promoted" for e in events),
-        "authorizations": sum(_authorized(e) for e in events),
-        "decisions": len(events),
-        "wasted_h": round(sum(e["cost_device_hours"] for e in events if e["outcome"] != "promoted"), 9),
-        "spent_h": round(hours, 9), "trajectory": trajectory, "cache": _cache_use(run, manifest.episode_id),
-    }
-
-
-def _cache_use(run: RunDir, episode_id: str) -> dict[str, Any]:
-    """Charges the run cache served (of all the episode's charges) and the wall-clock they had
-    cost when they ran: the seconds this episode did not spend."""
-    from trainers.ledger import Ledger  # noqa: PLC0415
-
-    rows = Ledger(str(run.ledger_file)).charges(episode_id) if run.ledger_file.is_file() else []
-    served = [r for r in rows if r.get("cached")]
-    return {"hits": len(served), "charges": len(rows), "saved_s": round(sum(r["wall_seconds"] for r in served), 3)}
 
 
 def cache_summary(episodes: list[dict]) -> dict[str, Any]:
@@ -150,11 +72,6 @@ def _sd(xs: list[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def endpoint_mean(ep: dict, field: str = "endpoint") -> float | None:
-    """Mean over the target capabilities of the final parent on the test split (`field`
-    "endpoint_adoption": on the adoption split); None if any is missing."""
-    vals = [ep[field].get(f) for f in ep["families"]]
-    return None if not vals or None in vals else sum(vals) / len(vals)
 
 
 def trajectory_auc(ep: dict) -> float | None:
@@ -317,7 +234,7 @@ def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any
     scores: dict[str, dict[str, float]] = {}
     for e in episodes:
         if e["status"] == "done" and e["initial"]:
-            flat = _adoption_metrics(RunDir(Path(e["run_dir"])), e["initial_sha256"])
+            flat = adoption_metrics(RunDir(Path(e["run_dir"])), e["initial_sha256"])
             if scores.setdefault(e["initial_sha256"], flat) != flat:
                 raise ValueError(f"two episodes scored the initial parent {e['initial_sha256'][:12]} differently on "
                                  "adoption: their evaluators or items differ, so they are not paired")
@@ -343,7 +260,5 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
             "executor": executor.name, "wall_s": time.monotonic() - start}
-    from agent.experiments.compare_output import write_outputs  # noqa: PLC0415 (it reads this module's rules)
-
     write_outputs(out, summary, episodes, meta)
     return summary
