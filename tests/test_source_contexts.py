@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import bank_factory as bf
 from agent.world.catalogue import catalogue
-from agent.world.interface import current_context
+from agent.world.records import current_context
 from agent.world.source_contexts import (
     DATA_RELEASE, SOURCE_PARENT, parent_ref, source_applicability, source_context, templated,
 )

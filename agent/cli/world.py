@@ -15,7 +15,7 @@ from agent.progress import bar
 import os
 from agent.config import build_config
 from agent.world.embedded import ensure_world
-from agent.world.interface import seed_cards, world_for
+from agent.world.factory import seed_cards, world_for
 from experience_bank.errors import BadInput
 
 SIZES = ("test", "default", "smol")

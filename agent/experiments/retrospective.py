@@ -48,21 +48,21 @@ from policies import outcomes
 from policies.stats import clopper_pearson, spearman
 from agent.config import RunConfig
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
-import trainers
 from agent.experiments.retro_summary import write_summary
 from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.controls import control_card, control_examples, control_key, is_control
+from agent.world.controls import control_card, control_key
 from agent.world.embedded import ensure_world
-from agent.world.examples import card_examples, card_rewards, parent_generator
-from agent.world.interface import current_context, suite_items
-from experience_bank.runcache import from_env
+from agent.world.records import current_context
+from agent.world.runner import CardRunner
 from policies import EpisodeState, PolicyConfig, compile as compile_features
 from policies.authorize import decide
 
 FRACTIONS = (0.05, 0.10, 0.20)
-MIN_EFFECT_PP = 1.0
-"""Smallest target change that counts as a direction (RunConfig.gate_min_gain_pp)."""
-IFEVAL_DROP_PP = 2.0
+DEFAULTS = RunConfig()
+"""The table's thresholds are the run config's defaults, read from their one owner."""
+MIN_EFFECT_PP = DEFAULTS.gate_min_gain_pp
+"""Smallest target change that counts as a direction."""
+IFEVAL_DROP_PP = DEFAULTS.gate_ifeval_drop_pp
 """IFEval strict accuracies may not fall more than this (docs/AUTHORIZER.md §6)."""
 IFEVAL = ("prompt_strict", "inst_strict")
 EVAL_N = {"test": {"validation": (16, 8), "adoption": (16, 8)},
@@ -206,7 +206,7 @@ def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str,
 def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int, *, control: Any, parent: Any,
              controls_dir: Path) -> dict[str, Any]:
     """Short runs, the full run and their matched controls for one candidate; cached step by step."""
-    from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415
+    from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415 (torch)
 
     controls: dict[str, dict[str, float]] = {}  # fraction -> the matched control's scores
 
@@ -225,7 +225,8 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
                                                                 "sanity_failures": full_run["sanity_failures"]}
     t = short["0.20"]
     v, reasons = verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (),
-                         TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=IFEVAL_DROP_PP),
+                         TrialThresholds(min_gain_pp=DEFAULTS.trial_min_gain_pp, fail_drop_pp=DEFAULTS.trial_fail_drop_pp,
+                                         retention_drop_pp=IFEVAL_DROP_PP),
                          train_failures=t["sanity_failures"])
     cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
     return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
@@ -314,22 +315,17 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
 
 
 class WorldPorts:
-    """Real runs: trainers.train and evaluators.evaluate on the embedded world."""
+    """Real runs on a world, through its card runner (agent/world/runner.py)."""
 
     def __init__(self, world: Any):
         self.world = world
         self.sizes = EVAL_N[world.size]
-        self.cache = from_env()  # shared with episodes and the seed bank; None under --no-cache
+        self.runner = CardRunner(world)  # its run cache is shared with episodes and the seed bank
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
-        from evaluators import evaluate  # noqa: PLC0415
-
-
-        w, (n, n_ifeval) = self.world, self.sizes[split]
-        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n,
-                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, n), cache=self.cache)
-        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval,
-                       seed=w.seed, items=suite_items(w, ["ifeval"], split, n_ifeval), cache=self.cache)["ifeval"]
+        n, n_ifeval = self.sizes[split]
+        target = self.runner.evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n)
+        ife = self.runner.evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval)["ifeval"]
         key = PRIMARY_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
@@ -338,12 +334,8 @@ class WorldPorts:
         return values
 
     def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
-        generate = parent_generator(parent_dir, seed=seed)
-        rows = (control_examples(card, self.world, seed, generate) if is_control(card)
-                else card_examples(card, self.world, seed, generate=generate))
-        result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
-                                run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
-                                reward_funcs=card_rewards(card), cache=self.cache)
+        result = self.runner.train(card, parent_dir, out_dir=out_dir, run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}",
+                                   seed=seed, fraction=fraction)
         return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
                 "sanity_failures": [s.name for s in result.sanity if not s.ok]}
 

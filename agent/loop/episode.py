@@ -30,7 +30,7 @@ from agent.loop.state import Ctx, Entry
 from experience_bank.errors import BadInput
 from agent.inputs import check_bank_file
 from agent.progress import live_display, reporter
-from agent.world.interface import seed_cards, world_for
+from agent.world.factory import seed_cards, world_for
 from agent.world.local import local_world
 from agent.world.store import SUITES
 from evaluators.generate import check_backend
@@ -138,7 +138,6 @@ def _world_and_bank(cfg: RunConfig, say):
     """The world (embedded or local: agent.world.interface) and the bank, its L(0) built once."""
     from experience_bank.bank import Bank
 
-
     name = "local" if cfg.base_model is not None else cfg.world
     with reporter(f"world {name}", cfg.quiet, say) as progress:
         world = world_for(cfg, progress)
@@ -163,9 +162,9 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
 
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
-    evaluators = Evaluators(suites=tuple(WORLD_SUITES()), eval_protocol=world.eval_protocol, backend=cfg.backend,
+    evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
                             n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
-                            sizes={s: cfg.suite_n(s) for s in WORLD_SUITES() if cfg.suite_n(s) != cfg.eval_n})
+                            sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.eval_n})
     manifest = build_manifest(
         episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
@@ -177,11 +176,6 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     run_dir.freeze(manifest)
     init_parent(run_dir.path, world.base_dir, world.model.sha256)
     return manifest
-
-
-def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world module
-
-    return SUITES
 
 
 def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:

@@ -50,18 +50,15 @@ from experience_bank.records import (
 )
 
 from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.controls import control_card, control_examples, control_key
+from agent.world.controls import control_card, control_key
 from agent.world.source_contexts import (
     DATA_RELEASE, SOURCE_PARENT, SOURCE_SYSTEM_PROMPT, parent_ref, source_applicability, source_card,
     source_context, templated,
 )
 from agent.progress import Progress
 from agent.world.interface import WorldData as World
-import trainers
 from agent.world import controls
-from agent.world.examples import card_examples, card_rewards, parent_generator
-from agent.world.interface import suite_items
-from experience_bank.runcache import from_env
+from agent.world.runner import CardRunner
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -172,8 +169,7 @@ class _Runner:
         self.root = seed_dir(world)
         self.cards = {c.id: c for c in catalogue(world)}
         self.pairs, self.control_runs = 0, set()
-
-        self.cache = from_env()  # the retrospective's and the episodes' runs of the same content are reused
+        self.runner = CardRunner(world)  # the retrospective's and the episodes' runs of the same content are reused
 
     def tick(self, what: str) -> None:
         self.done += 1
@@ -222,9 +218,7 @@ class _Runner:
         if out.exists():
             return name, json.loads(out.read_text())
         run = self.root / "runs" / key  # kept: the next family's cards are evaluated on it too
-        rows = control_examples(ctrl, self.world, seed, parent_generator(parent_dir, seed=seed))
-        trainers.train(ctrl, parent_dir, rows, out_dir=str(run), run_key=key, seed=seed, reward_funcs=card_rewards(ctrl),
-                       cache=self.cache)
+        self.runner.train(ctrl, parent_dir, out_dir=str(run), run_key=key, seed=seed)
         return name, self.evaluate(str(run), name, card.family)
 
     def evaluate(self, model_dir: str, name: str, family: str, sample: str = "full") -> dict:
@@ -233,14 +227,12 @@ class _Runner:
         summary = out / "summary.json"
         if summary.exists():
             return json.loads(summary.read_text())
-        from evaluators import evaluate
-
-
+        # Scored with evaluation seed 0 (evaluators.evaluate's default), as every seed bank so far:
+        # the cached records and the run cache's keys carry it.
         n, r = self.size.eval_n, self.size.retention_n
-        results = evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
-                           items=suite_items(self.world, [f"{family}/source"], "validation", n), cache=self.cache)
-        results |= evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=r,
-                            items=suite_items(self.world, ["ifeval"], "validation", r), cache=self.cache)
+        results = self.runner.evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
+                                       seed=0)
+        results |= self.runner.evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=r, seed=0)
         src = results[f"{family}/source"]
         data = {"items": _item_scores(src), "metric": _primary(src), "ifeval": _retention(results["ifeval"]),
                 "generations": {k: v.generations_sha256 for k, v in sorted(results.items())},
@@ -259,9 +251,7 @@ class _Runner:
         digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])
         key = f"seed-{card.id}-{digest[:12]}"
         out = self.root / "runs" / key
-        rows = card_examples(src, self.world, seed, generate=parent_generator(parent_dir, seed=seed))
-        result = trainers.train(src, parent_dir, rows, out_dir=str(out), run_key=key, seed=seed,
-                                reward_funcs=card_rewards(src), cache=self.cache)
+        result = self.runner.train(src, parent_dir, out_dir=str(out), run_key=key, seed=seed)
         # A run that fails a sanity check (e.g. GRPO with zero reward variance on a weak parent)
         # is still an observation: its child is evaluated like any other and the failed checks
         # are kept in the evaluation summary, never hidden and never turned into a made-up score.
