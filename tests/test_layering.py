@@ -1,6 +1,7 @@
 """The layering rule of docs/ARCHITECTURE.md, checked by parsing every import with ast."""
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,7 +118,8 @@ def _resolve(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -
                    else LAZY_ATTRIBUTES.get(base, {}).get(a.name, base) for a in node.names})
 
 
-def imports_of(path: Path, module: str | None = None) -> list[Import]:
+@functools.cache
+def imports_of(path: Path, module: str | None = None) -> tuple[Import, ...]:
     module = module or module_name(path)
     out: list[Import] = []
 
@@ -134,7 +136,7 @@ def imports_of(path: Path, module: str | None = None) -> list[Import]:
                 visit(child, lazy, typing_only)
 
     visit(ast.parse(path.read_text(encoding="utf-8")), False, False)
-    return out
+    return tuple(out)
 
 
 def _eager(module: str) -> set[str]:
@@ -241,10 +243,10 @@ def test_only_heavy_modules_are_imported_lazily():
 def test_the_agent_checks_see_violations(tmp_path):
     # Guards the checks themselves on a made-up package: an upward edge, a peer edge, a circle
     # and a lazy import of a light module are all caught.
-    files = {"agent/run/a.py": "from agent.loop import b\n",
+    files = {"agent/run/a.py": "import agent.loop.b\n",
              "agent/loop/b.py": "import agent.run.a\ndef f():\n    import json\n    import torch\n",
-             "agent/views/c.py": "from agent.world import d\n",
-             "agent/world/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agent.views import c\n"}
+             "agent/views/c.py": "import agent.world.d\n",
+             "agent/world/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agent.views.c\n"}
     modules = {}
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,8 @@ from experience_bank.families import family_targets
 
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.run.rundir import RunDir
+from experience_bank.bank import Bank
+from trainers.ledger import Ledger
 
 IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
 
@@ -35,8 +37,6 @@ def adoption_metrics(run: RunDir, sha: str, split: str = "adoption") -> dict[str
 def _events(manifest) -> list[dict]:
     """The episode's executed events, from its own bank's hash-chained history (the run
     directory's outcomes.jsonl holds audit outcome cells, not events)."""
-    from experience_bank.bank import Bank  # noqa: PLC0415 (sqlite-utils)
-
     with Bank.open(manifest.config["bank"]) as bank:
         return [e.model_dump(mode="json") for e in bank.events(manifest.episode_id)]
 
@@ -97,8 +97,6 @@ def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None
 def _cache_use(run: RunDir, episode_id: str) -> dict[str, Any]:
     """Charges the run cache served (of all the episode's charges) and the wall-clock they had
     cost when they ran: the seconds this episode did not spend."""
-    from trainers.ledger import Ledger  # noqa: PLC0415
-
     rows = Ledger(str(run.ledger_file)).charges(episode_id) if run.ledger_file.is_file() else []
     served = [r for r in rows if r.get("cached")]
     return {"hits": len(served), "charges": len(rows), "saved_s": round(sum(r["wall_seconds"] for r in served), 3)}

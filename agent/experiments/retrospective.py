@@ -56,6 +56,9 @@ from agent.world.records import current_context
 from agent.world.runner import CardRunner
 from policies import EpisodeState, PolicyConfig, compile as compile_features
 from policies.authorize import decide
+from agent.world.seed_bank import seed_records
+from policies.audit import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
+from trainers.trial import TrialThresholds, verdict
 
 FRACTIONS = (0.05, 0.10, 0.20)
 DEFAULTS = RunConfig()
@@ -206,8 +209,6 @@ def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str,
 def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int, *, control: Any, parent: Any,
              controls_dir: Path) -> dict[str, Any]:
     """Short runs, the full run and their matched controls for one candidate; cached step by step."""
-    from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415 (torch)
-
     controls: dict[str, dict[str, float]] = {}  # fraction -> the matched control's scores
 
     def ctrl(fraction: float, split: str) -> dict[str, float]:
@@ -249,8 +250,6 @@ def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
 
 def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
     """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
-    from policies.audit import OUTCOMES_FILE, OutcomeCell  # noqa: PLC0415
-
     lines = [OutcomeCell(
         candidate_id=c["id"], decision_hash=decision_hashes[c["id"]], outcome=c["outcome_class"],
         family=c["family"], method=c["method"],
@@ -266,8 +265,6 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
 def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[str, str]:
     """decisions.jsonl (policies/audit.py's chained ledger): BCIT's decision per cell from a fresh
     episode state, with the record and context, written once before any outcome; returns the hashes."""
-    from policies.audit import write_ledger_entry  # noqa: PLC0415
-
     path, cfg, hashes = out / "decisions.jsonl", PolicyConfig(), {}
     fresh = not path.exists()
     for card, record in cells:
@@ -358,8 +355,6 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
     None: the embedded world of `size`, which each worker builds its own ports for."""
-    from agent.world.seed_bank import seed_records  # noqa: PLC0415
-
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None else partial(embedded_ports, size))
     world = world if world is not None else ensure_world(size)
     cards = list(catalogue(world))[:n_cells]

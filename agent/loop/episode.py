@@ -29,13 +29,21 @@ from agent.run.rundir import RunDir
 from agent.loop.state import Ctx, Entry
 from experience_bank.errors import BadInput
 from agent.inputs import check_bank_file
-from agent.progress import live_display, reporter
+from agent import progress as display
 from agent.world.factory import seed_cards, world_for
 from agent.world.local import local_world
 from agent.world.store import SUITES
 from evaluators.generate import check_backend
 from policies import POLICIES
 from trainers.launch import check_launch
+from agent.loop.ports import WorldPorts
+from agent.loop.proposer import Allowlist, load_proposals
+from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+from agent.run.promotion import init_parent
+from agent.views.tracking import tracked
+from agent.world.seed_bank import build_seed_bank
+from experience_bank.bank import Bank
+from trainers.ledger import Ledger, parse_budget
 
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
@@ -84,8 +92,6 @@ def _run_dir(cfg: RunConfig, resume: str | None) -> RunDir:
 
 def check_inputs(cfg: RunConfig) -> float:
     """Every check that needs no writing; BadInput names the problem and the fix."""
-    from trainers.ledger import parse_budget
-
 
     budget_h = parse_budget(cfg.episode_budget)
     if cfg.policy not in POLICIES:
@@ -100,8 +106,6 @@ def check_inputs(cfg: RunConfig) -> float:
     bank = Path(cfg.bank)
     check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
     if bank.exists():
-        from experience_bank.bank import Bank
-
         Bank.open(bank).close()  # refuses a bank from a newer schema
     return budget_h
 
@@ -126,7 +130,6 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
                    "lineage": list(world.model.lineage),
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
                    "stop_reason": ""}
-        from agent.views.tracking import tracked  # the MLflow view (a tracker that is down warns once)
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
             return drive(ctx, initial, run_dir.checkpoints_file)
@@ -136,30 +139,21 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
 
 def _world_and_bank(cfg: RunConfig, say):
     """The world (embedded or local: agent.world.interface) and the bank, its L(0) built once."""
-    from experience_bank.bank import Bank
-
     name = "local" if cfg.base_model is not None else cfg.world
-    with reporter(f"world {name}", cfg.quiet, say) as progress:
+    with display.reporter(f"world {name}", cfg.quiet, say) as progress:
         world = world_for(cfg, progress)
     if not Path(cfg.bank).exists():
-        from agent.world.seed_bank import build_seed_bank
-
         say(f"building the seed bank of world {name} at {cfg.bank} (once)")
-        with reporter("seed bank", cfg.quiet, say) as progress:
+        with display.reporter("seed bank", cfg.quiet, say) as progress:
             build_seed_bank(world, cfg.bank, progress, cards=seed_cards(cfg))
     return world, Bank.open(cfg.bank)
 
 
 def _allowlist(world, bank):
-    from agent.loop.proposer import Allowlist
-
     return Allowlist(datasets=dict(world.datasets), taken_ids=frozenset(e.record.card.id for e in bank.library_records()))
 
 
 def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -> Manifest:
-    from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
-    from agent.run.promotion import init_parent
-
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
     evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
@@ -179,10 +173,6 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
 
 
 def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:
-    from agent.loop.ports import WorldPorts
-    from agent.loop.proposer import load_proposals
-    from trainers.ledger import Ledger
-
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
     entries |= {e.hash: e for e in load_proposals(run_dir.path)}
     ports = WorldPorts(world, cfg, _allowlist(world, bank), manifest)
@@ -214,7 +204,7 @@ def _display(cfg: RunConfig, ctx: Ctx, say):
             live.update(Text(line()))
 
     live = None
-    if not live_display(cfg.quiet):
+    if not display.live_display(cfg.quiet):  # looked up on its module: tests set it
         ctx.progress = update
         yield
         return

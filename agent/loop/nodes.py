@@ -32,6 +32,8 @@ from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
 from agent.loop.state import Ctx, State
+from agent.loop.proposer import load_or_propose
+from agent.views.report import write_report
 
 # --- keyed results ---------------------------------------------------------------------
 
@@ -100,7 +102,6 @@ def propose(state: State, runtime: Runtime[Ctx]) -> dict:
     """Catalogue candidates (the library) plus at most q LLM proposals (kept in proposals.json)."""
     ctx = runtime.context
     library = list(ctx.entries)
-    from agent.loop.proposer import load_or_propose  # noqa: PLC0415 (the proposer imports the openai client)
     accepted = load_or_propose(ctx.run_dir, lambda: ctx.ports.propose([ctx.entries[h] for h in library]))
     for entry in accepted:
         ctx.entries[entry.hash] = entry
@@ -376,6 +377,5 @@ def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
     """Write runs/ID/report.md and report.html (pure over what the run stored)."""
-    from agent.views.report import write_report  # noqa: PLC0415 (matplotlib)
     write_report(runtime.context, dict(state))
     return {"node": "report"}

@@ -29,6 +29,11 @@ from agent.world import records
 from agent.world.catalogue import runtime_of
 from agent.world.runner import CardRunner
 from agent.world.store import RUNTIMES, SUITES
+from agent.loop.proposer import OpenAIProposer
+from agent.run.promotion import promote
+import evaluators
+from policies.gate import captrack_profile, gate
+from trainers.trial import TrialThresholds
 
 
 class WorldPorts:
@@ -79,8 +84,6 @@ class WorldPorts:
         return weights_sha256(model_dir)
 
     def trial(self, card, parent_dir, out_dir, run_key, measure) -> TrialResult:
-        from trainers.trial import TrialThresholds  # noqa: PLC0415 (torch)
-
         m = self.manifest
         thresholds = TrialThresholds(min_gain_pp=m.trial.min_gain_pp, fail_drop_pp=m.trial.fail_drop_pp,
                                      retention_drop_pp=m.gate.ifeval_max_drop_pp)
@@ -92,24 +95,16 @@ class WorldPorts:
                                  resume_from=resume_from)
 
     def gate(self, card, initial, parent, child, run: TrainResult) -> GateVerdict:
-        from evaluators import metric_specs  # noqa: PLC0415 (scipy)
-        from policies.gate import gate  # noqa: PLC0415 (scipy)
-
         # U_prom is the mean over every target capability (docs/GATE.md), not the card's own.
         suite, _, metric = target_metric(card.family).partition(".")
-        return gate(initial, parent, child, self.manifest.gate, metric_specs(), target_suite=suite,
+        return gate(initial, parent, child, self.manifest.gate, evaluators.metric_specs(), target_suite=suite,
                     target_metric=metric, family_targets=family_targets(), sanity=run.sanity)
 
     def captrack(self, initial, child) -> dict[str, float | None]:
-        from evaluators import metric_specs  # noqa: PLC0415 (scipy)
-        from policies.gate import captrack_profile  # noqa: PLC0415 (scipy)
-
-        prof = captrack_profile(initial, child, metric_specs())
+        prof = captrack_profile(initial, child, evaluators.metric_specs())
         return {c.name: c.drift_pct for c in prof.groups + prof.subs}
 
     def promote(self, run_dir: str, child_dir: str, verdict: GateVerdict) -> str:
-        from agent.run.promotion import promote  # noqa: PLC0415 (the run's audit reads scipy)
-
         return promote(run_dir, child_dir, verdict).parent.path
 
     # --- memory and proposals ---------------------------------------------------------
@@ -121,7 +116,6 @@ class WorldPorts:
     def propose(self, library: list[Entry]) -> list[dict[str, Any]]:
         if self.cfg.proposer != "openai":
             return []
-        from agent.loop.proposer import OpenAIProposer  # noqa: PLC0415 (the openai client)
 
         return OpenAIProposer(self.cfg.base_url, self.cfg.model, self.allow, self.to_proposal,
                               limit=self.cfg.max_proposals, timeout_s=self.cfg.proposer_timeout_s)(library)

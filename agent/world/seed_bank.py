@@ -59,6 +59,7 @@ from agent.progress import Progress
 from agent.world.interface import WorldData as World
 from agent.world import controls
 from agent.world.runner import CardRunner
+from experience_bank.bank import Bank
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -115,8 +116,6 @@ def build_seed_bank(world: World, bank_path: str | os.PathLike, progress: Progre
 
     Returns the library version that holds exactly the seed records. `cards` restricts the
     catalogue (tests); the cache is keyed by the world recipe hash and the plan."""
-    from experience_bank.bank import Bank
-
     if threads:
         import torch
 
