@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bank_factory as bf  # noqa: E402
-from experience_bank.bank import Bank, decision_hash  # noqa: E402
-from experience_bank.hashing import canonical_json, content_hash  # noqa: E402
+from experience_bank.bank import Bank  # noqa: E402
+from experience_bank.hashing import content_hash  # noqa: E402
 from experience_bank.records import CurrentContext, ModelRef  # noqa: E402
 from policies.features import features_from_row  # noqa: E402
 from trainers.steps import trial_steps  # noqa: E402

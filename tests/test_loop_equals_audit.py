@@ -8,7 +8,6 @@ and each trial's verdict are drawn by hypothesis, a training run writes a fake m
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.loop.episode import drive
-from experience_bank.bank import Bank
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk
 from policies.features import features_from_row

@@ -117,7 +117,7 @@ def _rows(path: str) -> list[dict]:
 
 
 def _features(args) -> list:
-    from experience_bank.bank import Bank
+    from experience_bank.bank import Bank  # noqa: PLC0415 (sqlite_utils)
     if args.features:
         if args.bank or args.context:
             raise BadInput("give either --features or --bank with --context, not both")
@@ -151,7 +151,7 @@ def cmd_authorize(args) -> int:
 
 def _check_ledger_files(path: str) -> None:
     """Every file `audit` reads is UTF-8 JSONL of objects (the ledger at least one line)."""
-    from policies.audit import _ledger_paths  # the one owner of where an episode keeps them
+    from policies.audit import _ledger_paths  # the one owner of where an episode keeps them  # noqa: PLC0415 (numpy)
 
     ledger, outcomes = _ledger_paths(path)
     jsonl_lines(ledger, "decision ledger")
@@ -160,7 +160,7 @@ def _check_ledger_files(path: str) -> None:
 
 
 def cmd_audit(args) -> int:
-    from policies.audit import audit
+    from policies.audit import audit  # noqa: PLC0415 (numpy)
     _check_ledger_files(args.path)
     report = audit(args.path)
     if args.json:
@@ -185,21 +185,21 @@ def _pct(x: float | None) -> str:
 
 
 def cmd_replay(args) -> int:
-    from policies.replay import replay_retrospective, replay_run
-    from policies.audit import DECISIONS_FILE
+    from policies.replay import replay_retrospective, replay_run  # noqa: PLC0415 (numpy)
+    from policies.audit import DECISIONS_FILE  # noqa: PLC0415 (numpy)
 
     if args.target != "retrospective-24" and Path(args.target, DECISIONS_FILE).is_file():
         _check_ledger_files(args.target)
     report = replay_retrospective() if args.target == "retrospective-24" else replay_run(args.target)
     if args.out:
-        from policies.replay import write_report
+        from policies.replay import write_report  # noqa: PLC0415 (numpy)
         report["written"] = write_report(report, args.out)
     print(json.dumps(report, indent=1) if args.json else _summary(report))
     return 0 if report.get("audit", {}).get("ok", True) else 1
 
 
 def _summary(report: dict) -> str:
-    from policies.replay import audit_table
+    from policies.replay import audit_table  # noqa: PLC0415 (numpy)
     lines = [f"replay of {report['name']}"]
     if "note" in report:
         lines.append(report["note"])

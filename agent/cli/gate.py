@@ -71,7 +71,7 @@ def _raw():
 
 def gate_config_for(run):
     """The gate's frozen config from a RunConfig (policies.gate.uniform_gate_config owns the rule)."""
-    from policies.gate import uniform_gate_config
+    from policies.gate import uniform_gate_config  # noqa: PLC0415 (numpy)
 
     return uniform_gate_config(ifeval_max_drop_pp=run.gate_ifeval_drop_pp, min_gain_pp=run.gate_min_gain_pp,
                                kappa_pp=run.gate_kappa_pp, alpha=run.gate_alpha)
@@ -123,7 +123,7 @@ def _sanity(path: str | None) -> tuple:
 
 
 def cmd_gate(args) -> int:
-    from policies.gate import gate
+    from policies.gate import gate  # noqa: PLC0415 (numpy)
 
     config = gate_config_for(build_config(args.config))
     targets = family_targets(args.target, args.family_target)
@@ -149,7 +149,7 @@ def cmd_gate(args) -> int:
 
 def profile_report(base: dict, model: dict, specs: tuple) -> dict:
     """CapTrack profile + paired retention as plain JSON (what `agent profile --json` prints)."""
-    from policies.gate import captrack_profile
+    from policies.gate import captrack_profile  # noqa: PLC0415 (numpy)
 
     prof = captrack_profile(base, model, specs)
     paired = [s for s in sorted(set(base) & set(model)) if base[s].items and model[s].items]

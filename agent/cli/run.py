@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    from agent.loop.episode import run_episode
+    from agent.loop.episode import run_episode  # noqa: PLC0415 (numpy)
 
     cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
     if cfg.out and not args.resume:

@@ -82,7 +82,7 @@ def check_inputs(args) -> CandidateCard:
 
 
 def run(args) -> int:
-    from trainers.run import train
+    from trainers.run import train  # noqa: PLC0415 (torch)
 
     card = check_inputs(args)
     if args.examples:  # rows already built by the loop (trainers/launch.py)

@@ -59,7 +59,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_seed_bank(args) -> int:
-    from agent.world.seed_bank import build_seed_bank
+    from agent.world.seed_bank import build_seed_bank  # noqa: PLC0415 (sqlite_utils)
 
 
     if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)

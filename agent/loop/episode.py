@@ -198,19 +198,20 @@ def _display(cfg: RunConfig, ctx: Ctx, say):
         for key in ("verdict", "trial_verdict", "action", "stop_reason"):
             if upd.get(key):
                 seen["verdict"] = f"{key}={upd[key]}"
-        if live is None:
-            say(line())
+        if live:
+            live[0].update(Text(line()))
         else:
-            live.update(Text(line()))
+            say(line())
 
-    live = None
+    live: list = []  # the rich Live display, once open
     if not display.live_display(cfg.quiet):  # looked up on its module: tests set it
         ctx.progress = update
         yield
         return
-    from rich.live import Live
-    from rich.text import Text
+    from rich.live import Live  # noqa: PLC0415 (rich, only on a terminal)
+    from rich.text import Text  # noqa: PLC0415
 
-    with Live(Text(line()), refresh_per_second=4, transient=False) as live:
+    with Live(Text(line()), refresh_per_second=4, transient=False) as shown:
+        live.append(shown)
         ctx.progress = update
         yield

@@ -32,6 +32,7 @@ from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
 from agent.loop.state import Ctx, State
+from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
 from agent.views.report import write_report
 

@@ -19,16 +19,16 @@ OUTCOME_COLOURS = {"promoted": "#1a7f37", "rolled_back": "#cf222e", "trial_faile
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib)
 
     return plt
 
 
 def _integer_x(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 (matplotlib)
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 

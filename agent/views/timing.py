@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 from experience_bank.errors import BadInput
-from experience_bank.files import read_only
 
 PARTS = {"trial": "trials", "train": "full_runs", "eval": "evaluations"}
 """Ledger kind -> part of the breakdown; the control plane is the remainder."""

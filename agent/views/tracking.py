@@ -197,7 +197,7 @@ class Tracker:
         return {r.data.tags["decision_hash"]: r for r in runs if "decision_hash" in r.data.tags}
 
     def _log_decision(self, client, event, card: dict):
-        from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415
+        from mlflow.entities import Metric, Param  # noqa: PLC0415
 
         d, f = event.decision, event.decision.features
         dh, rd = d.decision_hash, self.rundir
@@ -367,14 +367,15 @@ def log_comparison(out: Path, uri: str | None = None, say: Callable[[str], None]
     Returns the run id (None when the tracker is down: warned once, nothing else changes).
     """
     tracker = Tracker(tracking_uri(uri, out / "episodes"), out / "episodes" / "compare", say)
-    return tracker._guarded("logging the comparison", lambda: tracker._serialised(lambda: _log_comparison(tracker, out)))
+    return tracker._guarded("logging the comparison",  # noqa: SLF001 (this module's own Tracker)
+                            lambda: tracker._serialised(lambda: _log_comparison(tracker, out)))  # noqa: SLF001
 
 
 def _log_comparison(tracker: Tracker, out: Path) -> str:
     from mlflow.entities import Metric, RunTag  # noqa: PLC0415
 
-    client = tracker._mlflow()
-    exp = tracker._experiment(client)
+    client = tracker._mlflow()  # noqa: SLF001 (this module's own Tracker)
+    exp = tracker._experiment(client)  # noqa: SLF001
     where = str(out.resolve())
     found = client.search_runs([exp], f"tags.kind = 'compare' and tags.compare_dir = '{where}'", max_results=1)
     run = found[0] if found else client.create_run(exp, tags={"kind": "compare", "compare_dir": where},

@@ -144,7 +144,7 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     if manifest.exists():
         return World.from_json(manifest.read_text())
     if threads:
-        import torch
+        import torch  # noqa: PLC0415 (torch)
 
         torch.set_num_threads(threads)
     return _build(recipe, rhash, root, progress)
@@ -160,7 +160,7 @@ def _build(recipe: Recipe, rhash: str, root: Path, progress: Progress | None) ->
 
 
 def _describe(recipe: Recipe, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
     # the same identity evaluators record (sha256 of the loaded tokenizer's template text)
     tsha = sha256_text(AutoTokenizer.from_pretrained(built_base, local_files_only=True).chat_template)
@@ -193,8 +193,8 @@ def pretraining_rows(recipe: Recipe) -> list[dict]:
 
 def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = None) -> None:
     """Train the tokenizer, initialise a Qwen3-style model and pretrain it with TRL's SFTTrainer."""
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    import torch  # noqa: PLC0415 (torch)
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM  # noqa: PLC0415 (transformers)
 
 
 
@@ -224,10 +224,10 @@ _ACCUM = 4
 
 
 def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progress: Progress | None) -> None:
-    from datasets import Dataset, disable_progress_bars
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
-    from trl import SFTConfig, SFTTrainer
+    from datasets import Dataset, disable_progress_bars  # noqa: PLC0415 (datasets)
+    from transformers import TrainerCallback  # noqa: PLC0415 (transformers)
+    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415 (transformers)
+    from trl import SFTConfig, SFTTrainer  # noqa: PLC0415 (trl)
 
     class _Report(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
@@ -264,7 +264,7 @@ def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progr
 def load_base(world: World):
     """(model, tokenizer) of the world's base, from the local folder with the hub off."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 (transformers)
 
     return (AutoModelForCausalLM.from_pretrained(world.base_dir, local_files_only=True),
             AutoTokenizer.from_pretrained(world.base_dir, local_files_only=True))

@@ -52,6 +52,6 @@ def card_rewards(card: CandidateCard) -> dict | None:
     """TRL-form reward functions named by a GRPO card (None for SFT)."""
     if card.method != "grpo":
         return None
-    from evaluators.rewards import REWARDS
+    from evaluators.rewards import REWARDS  # noqa: PLC0415 (numpy)
 
     return {name: REWARDS[name] for name in card.hparams.rewards}

@@ -145,7 +145,7 @@ def _check_data(sources) -> None:
 def _describe(base_dir: str, sources, step_scale: float) -> LocalWorld:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
 
     tsha = sha256_text(AutoTokenizer.from_pretrained(base_dir, local_files_only=True).chat_template)

@@ -117,7 +117,7 @@ def build_seed_bank(world: World, bank_path: str | os.PathLike, progress: Progre
     Returns the library version that holds exactly the seed records. `cards` restricts the
     catalogue (tests); the cache is keyed by the world recipe hash and the plan."""
     if threads:
-        import torch
+        import torch  # noqa: PLC0415 (torch)
 
         torch.set_num_threads(threads)
     records = seed_records(world, progress, cards=cards)
@@ -190,7 +190,7 @@ class _Runner:
 
     def _templated(self, parent_dir: str) -> tuple[str, str]:
         """A copy of the parent served with `templated`'s chat template: (folder, template)."""
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
         out = self.root / "parents" / "early-template"
         tok = AutoTokenizer.from_pretrained(parent_dir, local_files_only=True)

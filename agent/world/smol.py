@@ -46,8 +46,8 @@ def convert(gguf: Path, out_dir: Path) -> None:
     """De-quantise the GGUF once into a local HF folder (bf16 safetensors + tokenizer)."""
     if importlib.util.find_spec("gguf") is None:
         raise BadInput("converting the smol GGUF needs gguf==0.19.0: pip install gguf==0.19.0")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # noqa: PLC0415 (torch)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 (transformers)
 
     src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     cfg = src.config
@@ -62,7 +62,7 @@ def convert(gguf: Path, out_dir: Path) -> None:
 
 def ensure_smol_world(progress=None):
     """The smol World: converted once and cached like the embedded worlds."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
 
     gguf = gguf_path()

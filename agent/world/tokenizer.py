@@ -39,7 +39,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int
 
     Deterministic for the same texts in the same order (the `tokenizers` BPE trainer breaks
     ties by byte order)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 (transformers)
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
