@@ -128,9 +128,9 @@ def rewrite_record_and_references(db):
 
 
 def rewrite_decision(db):
-    from experience_bank.bank import decision_hash
+    from experience_bank.hashing import decision_hash
     forged = decision("S02", action="train")
-    forged = forged.model_copy(update={"decision_hash": decision_hash(forged)})
+    forged = forged.model_copy(update={"decision_hash": decision_hash(forged.model_dump(mode="json"))})
     db.execute("UPDATE decisions SET decision_hash = ?, body = ? WHERE episode_id = 'E2'",
                [forged.decision_hash, canonical_json(forged)])
     db.execute("UPDATE journal SET ref = ? WHERE episode_id = 'E2' AND kind = 'decision'", [forged.decision_hash])

@@ -106,8 +106,7 @@ def propose(state: State, runtime: Runtime[Ctx]) -> dict:
     accepted = load_or_propose(ctx.run_dir, lambda: ctx.ports.propose([ctx.entries[h] for h in library]))
     for entry in accepted:
         ctx.entries[entry.hash] = entry
-    return {"candidates": library + [e.hash for e in accepted], "n_proposed": len(library) + len(accepted),
-            "node": "propose"}
+    return {"candidates": library + [e.hash for e in accepted], "n_proposed": len(library) + len(accepted)}
 
 
 def filter_candidates(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -121,7 +120,7 @@ def filter_candidates(state: State, runtime: Runtime[Ctx]) -> dict:
         else:
             dropped[ctx.entries[h].record.card.id] = reason
     write_atomic(ctx.rundir.filtered_file, canonical_json(dropped))
-    return {"candidates": kept, "n_dropped": len(dropped), "node": "filter"}
+    return {"candidates": kept, "n_dropped": len(dropped)}
 
 
 def select(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -141,8 +140,8 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
         h = state["candidates"][cursor]
         return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": "", "action": "",
                 "rule": "", "trial_verdict": "", "proceed": False, "train_status": "", "verdict": "", "decided_by": "",
-                "refused": "", "node": "select"}
-    return {"stop_reason": reason, "node": "select"}
+                "refused": ""}
+    return {"stop_reason": reason}
 
 
 def after_select(state: State) -> str:
@@ -169,7 +168,7 @@ def authorize(state: State, runtime: Runtime[Ctx]) -> dict:
     ctx.bank.record_decision(ctx.episode_id, decision)
     ctx.audit.decision(decision, entry.record, current, episode)
     return {"decision_hash": decision.decision_hash, "action": decision.action, "rule": decision.rule,
-            "proposals_authorized": next_state(episode, decision).new_proposals_used, "node": "authorize"}
+            "proposals_authorized": next_state(episode, decision).new_proposals_used}
 
 
 def after_authorize(state: State) -> str:
@@ -207,7 +206,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
                                                                    "validation")
     if not ctx.rundir.trial_file(dh).exists() and not _fits(ctx, estimate):
         return {"trial_verdict": "not_started", "decided_by": "budget: the trial does not fit", "proceed": False,
-                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "validate"}
+                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
     result = once(ctx.rundir.trial_file(dh), lambda: ctx.ports.trial(
@@ -221,7 +220,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
 def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str = "") -> dict:
     then, _, episode = after_trial(verdict, _episode_state(state), ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
-            "leases_used": episode.leases_used, "spent_h": _spent(ctx), "node": "validate"}
+            "leases_used": episode.leases_used, "spent_h": _spent(ctx)}
 
 
 def after_validate(state: State) -> str:
@@ -239,12 +238,12 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
         ctx, [initial.sha256, state["parent_sha"]], "adoption")
     if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
-                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "train"}
+                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost, cached=was_cached(result.checkpoint))
-    return {"train_status": "done", "spent_h": _spent(ctx), "node": "train"}
+    return {"train_status": "done", "spent_h": _spent(ctx)}
 
 
 def gate(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -258,7 +257,7 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
-            "spent_h": _spent(ctx), "node": "gate"}
+            "spent_h": _spent(ctx)}
 
 
 def after_train(state: State) -> str:
@@ -358,7 +357,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "lineage": list(lineage),
             "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
-            "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}
+            "spent_h": _spent(ctx), "verdict": state.get("verdict", "")}
 
 
 def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -366,17 +365,17 @@ def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
     `_fits` kept its cost back, so it always fits)."""
     ctx = runtime.context
     _evaluation(ctx, state["parent_dir"], state["parent_sha"], ENDPOINT_SPLIT, key=f"endpoint:{ENDPOINT_SPLIT}")
-    return {"spent_h": _spent(ctx), "node": "endpoint"}
+    return {"spent_h": _spent(ctx)}
 
 
 def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
     """Close the history and consolidate it into a new frozen library version."""
     ctx = runtime.context
     ctx.bank.finish_episode(ctx.episode_id)
-    return {"library_version": ctx.bank.consolidate(ctx.episode_id), "node": "consolidate"}
+    return {"library_version": ctx.bank.consolidate(ctx.episode_id)}
 
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
     """Write runs/ID/report.md and report.html (pure over what the run stored)."""
     write_report(runtime.context, dict(state))
-    return {"node": "report"}
+    return {}

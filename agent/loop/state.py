@@ -81,8 +81,6 @@ class State(TypedDict, total=False):
     """Why the loop stopped ('' while running)."""
     library_version: int
     """Library version written by consolidation."""
-    node: str
-    """Last node that ran (for the progress display)."""
 
 
 @dataclass(frozen=True)
