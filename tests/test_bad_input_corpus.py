@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.cli.main import main
 from experience_bank.bank import Bank
 from experience_bank.records import CurrentContext, ModelRef

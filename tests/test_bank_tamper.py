@@ -8,7 +8,7 @@ import pytest
 from sqlite_utils import Database
 
 from agent.cli.main import main
-from bank_factory import decision, event, record, sha
+from support.bank_factory import decision, event, record, sha
 from experience_bank import chains, heads
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput

@@ -86,8 +86,8 @@ if policy == "broken":
     sys.exit("broken policy: simulated crash")
 gain = {"good": 4.0, "meh": 1.0, "idle": 0.0}[policy] + seed
 sys.path.insert(0, TESTS)
-import bank_factory as bf
-from test_graph_fakes import _suite
+from support import bank_factory as bf
+from support.graph_fakes import _suite
 from agent.run.rundir import RunDir
 from experience_bank.results import GateCheck, GateVerdict
 for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
@@ -178,7 +178,7 @@ def test_cli_rejects_unknown_policy(capsys):
 def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     """The reader agrees with what the real loop writes (nodes + report over fake ports)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_graph_fakes import PLAN, run_fake
+    from support.graph_fakes import PLAN, run_fake
 
     run_fake(tmp_path)
     ep = C.read_episode(tmp_path)

@@ -8,7 +8,7 @@ import pytest
 
 from agent.run.rundir import RunDir
 from experience_bank.bank import Bank
-from test_graph_fakes import ledger_rows, run_fake
+from support.graph_fakes import ledger_rows, run_fake
 
 
 def _events(run_dir):

@@ -19,7 +19,7 @@ from agent.loop.episode import drive
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk
 from policies.features import features_from_row
-from test_graph_fakes import FakePorts, make_ctx
+from support.graph_fakes import FakePorts, make_ctx
 
 SCORE = st.sampled_from([0.0, 0.5, 1.0])
 

@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 from agent.loop import nodes
-from test_graph_fakes import make_ctx
+from support.graph_fakes import make_ctx
 
 
 def _rt(ctx):

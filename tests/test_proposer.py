@@ -2,7 +2,7 @@
 the real `WorldPorts.propose` and `to_proposal`: a proposal's B_i comes from the needs it declares.
 
 The episode tests drive the real loop (propose, filter, compile, authorize, commit) with fakes only
-at the trainer and evaluator boundary (tests/test_graph_fakes.py), and check that an LLM proposal
+at the trainer and evaluator boundary (tests/support/graph_fakes.py), and check that an LLM proposal
 is decided by Eq. 13's new-proposal branch under the quota q = 3, and that every hostile reply
 becomes one recorded rejection while the episode goes on with the catalogue.
 """
@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-import bank_factory as bf
-import test_graph_fakes as tgf
+from support import bank_factory as bf
+from support import graph_fakes as tgf
 from agent.config import RunConfig
 from agent.loop.ports import WorldPorts
 from agent.loop.proposer import Allowlist, load_or_propose
@@ -195,7 +195,7 @@ def test_proposals_are_asked_once_per_episode(server, tmp_path):
 
 
 class EpisodePorts(WorldPorts):
-    """WorldPorts with the trainer/evaluator boundary replaced by test_graph_fakes' fakes."""
+    """WorldPorts with the trainer/evaluator boundary replaced by tests/support/graph_fakes.py's fakes."""
 
     def __init__(self, world, cfg, allow, manifest, run_dir):
         super().__init__(world, cfg, allow, manifest)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_graph_fakes import run_fake
+from support.graph_fakes import run_fake
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.world.catalogue import catalogue
 from agent.world.records import current_context
 from agent.world.source_contexts import (

@@ -2,7 +2,7 @@
 registry's champion, idempotence under resume and kill -9, and a tracker that is down.
 
 The loop, the bank, parent.json and the MLflow store (SQLite) are real; the trainer, evaluator
-and gate are the fakes of test_graph_fakes.py. Run as a script (`python tests/test_tracking.py
+and gate are the fakes of tests/support/graph_fakes.py. Run as a script (`python tests/test_tracking.py
 RUN_DIR URI`) to drive one tracked fake episode (the kill/resume test does).
 """
 
@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import test_graph_fakes as fakes  # noqa: E402
+from support import graph_fakes as fakes  # noqa: E402
 
 
 class PromotingPorts(fakes.FakePorts):

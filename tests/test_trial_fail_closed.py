@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from test_gate_factory import suite
-from test_graph_fakes import FakePorts, make_ctx
+from support.graph_fakes import FakePorts, make_ctx
 from trainers.trial import TrialThresholds, measurement, verdict
 
 T = TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=2.0)

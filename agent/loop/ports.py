@@ -4,7 +4,7 @@
 the manifest, so a node calls e.g. `ports.train(card, parent_dir, out_dir, run_key,
 resume_from)` and never sees them. Training and evaluation go through the world's one card
 runner (agent/world/runner.py) and records are built by agent/world/records.py; tests replace
-the whole object with fakes (tests/test_graph_fakes.py). Heavy imports (torch, TRL, scipy)
+the whole object with fakes (tests/support/graph_fakes.py). Heavy imports (torch, TRL, scipy)
 happen inside the methods that need them.
 """
 

@@ -8,7 +8,7 @@ the evaluator reads it back; the gate promotes iff the target rose. Every
 trainer start/finish is logged to `calls.jsonl`, so a test can count completed trainings.
 `FAKE_KILL=<point>` SIGKILLs the process at that point (for the kill/resume tests).
 
-Run as a script (`python tests/test_graph_fakes.py RUN_DIR`) to drive one fake episode.
+Run as a script (`python tests/support/graph_fakes.py RUN_DIR`) to drive one fake episode.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
 
-import bank_factory as bf  # noqa: E402
+from support import bank_factory as bf  # noqa: E402
 from experience_bank.bank import Bank  # noqa: E402
 from experience_bank.hashing import content_hash  # noqa: E402
 from experience_bank.records import CurrentContext, ModelRef  # noqa: E402
