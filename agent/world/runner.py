@@ -62,10 +62,12 @@ class CardRunner:
     def trial(self, card: CandidateCard, parent_dir: str, *, out_dir: str, run_key: str, seed: int,
               measure: Callable, thresholds: object, fraction: float) -> TrialResult:
         """The card's bounded trial from `parent_dir` and its verdict (trainers.trial)."""
-        return trainers.trial(card, parent_dir, self.examples(card, parent_dir, seed), out_dir=out_dir,
-                              run_key=run_key, measure=measure, thresholds=thresholds, fraction=fraction,
-                              reward_funcs=card_rewards(card), seed=seed, threads=self.threads, launch=self.launch,
-                              cache=self.cache)
+        # By name from its module: once trainers.trial is imported, `trainers.trial` is that module.
+        from trainers.trial import trial  # noqa: PLC0415 (torch)
+
+        return trial(card, parent_dir, self.examples(card, parent_dir, seed), out_dir=out_dir, run_key=run_key,
+                     measure=measure, thresholds=thresholds, fraction=fraction, reward_funcs=card_rewards(card),
+                     seed=seed, threads=self.threads, launch=self.launch, cache=self.cache)
 
     def evaluate(self, model_dir: str, suites: Sequence[str], split: str, *, out_dir: str, n: int,
                  sizes: Mapping[str, int] | None = None, seed: int | None = None) -> dict[str, SuiteResult]:
