@@ -34,7 +34,7 @@ def check_inputs(args) -> None:
         check_out_dir(args.out)
 
 
-def eval_cmd(args) -> int:
+def cmd_eval(args) -> int:
     from evaluators import evaluate  # noqa: PLC0415 (torch and transformers, only when the command runs)
 
     check_inputs(args)
@@ -78,4 +78,4 @@ def register(sub) -> None:
                    help="real data instead of the world's items: TAT-QA json (finance), BIRD dev folder (sql), "
                         "BFCL category e.g. simple_python (function), input_data.jsonl or `shipped` (ifeval)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=eval_cmd)
+    p.set_defaults(func=cmd_eval)

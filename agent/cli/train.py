@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.add_argument("--examples", default=None, metavar="ROWS.jsonl",
                    help="the exact training rows (as the loop writes them for `launcher: accelerate`)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_train)
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -81,7 +81,7 @@ def check_inputs(args) -> CandidateCard:
     return card
 
 
-def run(args) -> int:
+def cmd_train(args) -> int:
     from trainers.run import train  # noqa: PLC0415 (torch)
 
     card = check_inputs(args)
