@@ -376,6 +376,6 @@ def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
 
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
-    """Write runs/ID/report.md and report.html (pure over what the run stored)."""
+    """Write runs/ID/report.md and report.html from what the run stored (and the world ports' context)."""
     write_report(runtime.context, dict(state))
     return {}

@@ -1,7 +1,10 @@
 """runs/ID/report.md and report.html: what the episode decided, spent and changed.
 
-Pure over what the run stored (bank events, ledger, evaluation results, gate verdicts): a
-report can be rewritten at any time without running a model. Sections: decision table
+It reads what the run stored (bank events, ledger, evaluation results, gate verdicts), plus
+two tables it asks the episode's world ports for: the library's compatibility with each parent
+(compiled against the world's context of that parent) and each child's CapTrack drift. It runs
+no model, but it needs the world's ports: a report is rewritten by the loop's report node, not
+from a run directory alone. Sections: decision table
 (features, action, rule), ledger and budget burn-down, trial fidelity, trajectory of every
 suite across promotions, the CapTrack heat map (evaluators/heatmap.py), the IFEval guard
 over time and each gate check beside its paired noise (n, SE, McNemar p). Both files render
