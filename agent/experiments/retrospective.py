@@ -32,7 +32,6 @@ the files are the same whichever executor ran them.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import statistics
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from typing import Any, Protocol
 
 from experience_bank.errors import BadInput
 from experience_bank.families import PRIMARY_METRIC
-from experience_bank.files import write_atomic
+from experience_bank.files import once, write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies import outcomes
 from policies.stats import clopper_pearson, spearman
@@ -165,21 +164,11 @@ class CellPorts(Protocol):
 
 
 def _once(path: Path, compute: Callable[[], dict]) -> dict:
-    """A cached step of a cell: read back when present, else computed and written atomically.
-
-    Single flight: the step's lock file is held (flock) from the check to the write, so when two
-    cells run at once (Ray workers, threads) and need the same matched control, one trains it
-    while the other waits and then reads it; without the lock both would train into the same
-    directory. Each cell holds at most its own cell.json lock and one step's lock, so no two cells
-    wait on each other in a cycle. Across machines this needs a filesystem where flock works."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f"{path.name}.lock", "a", encoding="utf-8") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes, or its process dies
-        if path.exists():
-            return json.loads(path.read_text(encoding="utf-8"))
-        value = compute()
-        write_atomic(path, canonical_json(value))
-        return value
+    """A cached step of a cell, single flight: when two cells run at once (Ray workers, threads)
+    and need the same matched control, one trains it while the other waits and then reads it;
+    without the lock both would train into the same directory. Each cell holds at most its own
+    cell.json lock and one step's lock, so no two cells wait on each other in a cycle."""
+    return once(path, compute, dump=canonical_json, load=json.loads, single_flight=True)
 
 
 def _effect(child: dict[str, float], control: dict[str, float]) -> dict[str, Any]:

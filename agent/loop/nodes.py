@@ -23,6 +23,7 @@ from typing import Any, Callable
 from langgraph.runtime import Runtime
 
 from experience_bank.families import target_metric
+from experience_bank import files
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import CandidateCard, Decision, Event, parse_model
@@ -41,11 +42,8 @@ from agent.views.report import write_report
 
 def once(path: Path, compute: Callable[[], Any], cls: type) -> Any:
     """The record stored at `path`, or compute it and store it (atomically) first."""
-    if path.exists():
-        return parse_model(cls, path.read_text(encoding="utf-8"), str(path))
-    value = compute()
-    write_atomic(path, canonical_json(value.model_dump(mode="json")))
-    return value
+    return files.once(path, compute, dump=lambda value: canonical_json(value.model_dump(mode="json")),
+                      load=lambda text: parse_model(cls, text, str(path)))
 
 
 def _card(ctx: Ctx, state: State) -> CandidateCard:
