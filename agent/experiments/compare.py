@@ -35,7 +35,8 @@ from typing import Any
 
 from policies.stats import paired_t_interval, sign_flip_test
 from agent.experiments.compare_output import write_outputs
-from agent.experiments.episodes import IFEVAL_METRICS, PAIRING_KEYS, adoption_metrics, endpoint_mean, read_episode
+from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, adoption_metrics, endpoint_mean,
+                                        read_episode)
 from agent.experiments.executor import Executor, Job, LocalExecutor
 from agent.run.rundir import RunDir
 
@@ -50,7 +51,7 @@ from agent.run.rundir import RunDir
 
 
 
-def cache_summary(episodes: list[dict]) -> dict[str, Any]:
+def cache_summary(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Hit ratio and wall-clock saved over the finished episodes."""
     uses = [e["cache"] for e in episodes if e.get("status") == "done" and "cache" in e]
     hits, charges = sum(u["hits"] for u in uses), sum(u["charges"] for u in uses)
@@ -74,7 +75,7 @@ def _sd(xs: list[float]) -> float | None:
 
 
 
-def trajectory_auc(ep: dict) -> float | None:
+def trajectory_auc(ep: EpisodeResult) -> float | None:
     """Time-average of the endpoint mean over the budget: the area under the step function
     score(device-hours spent), held after the last event up to the budget, divided by the span."""
     span = max(ep["budget_h"], ep["trajectory"][-1][0])
@@ -85,7 +86,7 @@ def trajectory_auc(ep: dict) -> float | None:
     return area / span
 
 
-def _policy_summary(eps: list[dict], families: list[str]) -> dict[str, Any]:
+def _policy_summary(eps: list[EpisodeResult], families: list[str]) -> dict[str, Any]:
     def col(fn) -> list[float]:
         return [v for v in (fn(e) for e in eps) if v is not None]
 
@@ -109,7 +110,7 @@ def _policy_summary(eps: list[dict], families: list[str]) -> dict[str, Any]:
     }
 
 
-def _pair(a: str, b: str, by_seed: dict[str, dict[int, dict]], metric) -> dict[str, Any]:
+def _pair(a: str, b: str, by_seed: dict[str, dict[int, EpisodeResult]], metric) -> dict[str, Any]:
     seeds = sorted(s for s in set(by_seed[a]) & set(by_seed[b])
                    if metric(by_seed[a][s]) is not None and metric(by_seed[b][s]) is not None)
     xa, xb = [metric(by_seed[a][s]) for s in seeds], [metric(by_seed[b][s]) for s in seeds]
@@ -127,7 +128,7 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int, dict]], metric) -> dict[s
     return out
 
 
-def summarise(episodes: list[dict]) -> dict[str, Any]:
+def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Per policy and per pair of policies, over finished episodes (failed ones are listed apart)."""
     ok = [e for e in episodes if e["status"] == "done"]
     failed = [{k: e[k] for k in ("policy", "seed", "status", "error") if k in e} for e in episodes if e["status"] != "done"]
@@ -144,7 +145,7 @@ def summarise(episodes: list[dict]) -> dict[str, Any]:
             "cache": cache_summary(ok)}
 
 
-def pairing_check(episodes: list[dict]) -> dict[str, Any]:
+def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Per seed, the manifest values that differ across policies (empty = properly paired)."""
     problems: dict[str, Any] = {}
     for seed in sorted({e["seed"] for e in episodes}):
