@@ -2,7 +2,7 @@
 
 Precedence: defaults < YAML file (`--config runs/NAME.yaml`) < CLI flags. Unknown keys,
 duplicate YAML keys, wrong types and out-of-range values are BadInput (one line, exit 2).
-The config is unpacked at the edge (agent/episode.py); nodes read the frozen manifest values
+The config is unpacked at the edge (agent/loop/episode.py); nodes read the frozen manifest values
 they need from the runtime context, never the whole config.
 """
 
@@ -131,7 +131,7 @@ class RunConfig(BaseModel):
     quiet: bool = False
     """Logs only, no live display."""
     tracking: bool = True
-    """Mirror the episode into MLflow (agent/tracking.py; a view, never the source of truth)."""
+    """Mirror the episode into MLflow (agent/views/tracking.py; a view, never the source of truth)."""
     tracking_uri: str | None = None
     """MLflow tracking URI; None = MLFLOW_TRACKING_URI, else sqlite:///<runs folder>/mlflow.db."""
 

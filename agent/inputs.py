@@ -19,6 +19,7 @@ from typing import Any, Iterator
 from experience_bank.errors import BadInput
 from experience_bank.files import jsonl_text, read_only
 from experience_bank.hashing import loads_strict
+from safetensors import SafetensorError, safe_open
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html)."""
@@ -178,7 +179,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _check_config(folder: Path, flag: str):
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # noqa: PLC0415 (transformers)
 
     try:
         return AutoConfig.from_pretrained(str(folder), local_files_only=True)
@@ -189,7 +190,7 @@ def _check_config(folder: Path, flag: str):
 
 def _check_tokenizer(folder: Path, flag: str) -> None:
     """Training and generation both apply the folder's chat template to every example."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -202,8 +203,6 @@ def _check_tokenizer(folder: Path, flag: str) -> None:
 
 def _check_safetensors(file: Path, flag: str) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape, from the file's header (no tensor data is read)."""
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(file), framework="pt") as f:
             return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -216,8 +215,8 @@ def _check_shapes(folder: Path, model_config, shapes: dict[str, tuple[int, ...]]
     """Every stored tensor the architecture also has must have the architecture's shape (transformers
     refuses a mismatch only while loading, after a trainer has made its run folder). The model is
     built on the meta device: no memory, no weights."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # noqa: PLC0415 (torch)
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415 (transformers)
 
     try:
         with torch.device("meta"):

@@ -17,8 +17,8 @@ Progress = Callable[[str, int, int], None]
 @contextmanager
 def bar(description: str) -> Iterator[Progress]:
     """A live rich progress bar."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as RichProgress
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415 (rich)
+    from rich.progress import Progress as RichProgress  # noqa: PLC0415 (rich)
 
     with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       transient=False) as live:

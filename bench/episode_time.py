@@ -5,8 +5,8 @@
 Trials, full runs and evaluations are the ledger's measured wall seconds; the episode's
 wall-clock is its first to its last LangGraph checkpoint (the `report` node included; the
 process start before the first node is not); the control plane is the rest
-(`agent.timing.time_breakdown`). Below it, each graph node's share from the checkpoint
-timestamps (`agent.timing.node_seconds`), which shows where uncharged time sits.
+(`agent.views.timing.time_breakdown`). Below it, each graph node's share from the checkpoint
+timestamps (`agent.views.timing.node_seconds`), which shows where uncharged time sits.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from agent.rundir import RunDir
-    from agent.timing import checkpoint_marks, node_seconds, time_breakdown
+    from agent.run.rundir import RunDir
+    from agent.run.checkpoints import checkpoint_marks
+    from agent.views.timing import node_seconds, time_breakdown
 
     rd = RunDir(args.run_dir)
     charges = [dict(r) for r in read_only(rd.ledger_file).execute(

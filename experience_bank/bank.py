@@ -72,11 +72,6 @@ def _check(adapter: TypeAdapter, value: object, what: str) -> None:
         raise BadInput(f"{what} {value!r} is malformed: see experience_bank/records.py for its pattern") from None
 
 
-def decision_hash(decision: Decision) -> str:
-    """sha256 of the canonical JSON of every field of a decision except decision_hash."""
-    return hashing.decision_hash(decision.model_dump(mode="json"))
-
-
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 
 
@@ -366,9 +361,9 @@ class Bank:
                 self._heads.append(heads.episode_line(episode_id, *chains.episode_head(db, episode_id)))
 
     def _insert_decision(self, episode_id: str, decision: Decision) -> str:
-        if decision_hash(decision) != decision.decision_hash:
+        if hashing.decision_hash(decision.model_dump(mode="json")) != decision.decision_hash:
             raise BadInput(f"decision for {decision.candidate_id} has a decision_hash that does not match its "
-                           "fields: compute it with experience_bank.bank.decision_hash")
+                           "fields: compute it with experience_bank.hashing.decision_hash")
         seen = self.db.execute("SELECT 1 FROM decisions WHERE episode_id = ? AND decision_hash = ?",
                                [episode_id, decision.decision_hash]).fetchone()
         if seen is None:

@@ -3,11 +3,13 @@ the one reader of JSONL text files, a line at a time, and the one read-only SQLi
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from experience_bank.errors import BadInput, write_fault
 
@@ -34,7 +36,7 @@ def _write_atomic(path: Path, text: str, before_replace: Callable[[], None] | No
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         if before_replace is not None:
-            before_replace()  # a test hook (agent/killpoints.py): a kill between the write and the rename
+            before_replace()  # a test hook (agent/run/killpoints.py): a kill between the write and the rename
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -81,3 +83,28 @@ def read_only(path: str | Path, *, immutable: bool = False, **kwargs) -> sqlite3
     not another. `immutable`: no locks and no -wal/-shm files (only for a file nothing writes)."""
     uri = Path(path).resolve().as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
     return sqlite3.connect(uri, uri=True, **kwargs)
+
+
+T = TypeVar("T")
+
+
+def once(path: str | Path, compute: Callable[[], T], *, dump: Callable[[T], str], load: Callable[[str], T],
+         single_flight: bool = False) -> T:
+    """The value stored at `path`, or compute it and store it (atomically) first: the one
+    "compute once" step of a resumable job (the loop's keyed results, the retrospective's cells).
+
+    `single_flight`: hold `<path>.lock` (flock) from the check to the write, so that processes
+    needing the same value at once compute it once and the others read it (across machines
+    this needs a filesystem where flock works). The lock is released when its file closes or its
+    process dies."""
+    path = Path(path)
+    if single_flight:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent / f"{path.name}.lock", "a", encoding="utf-8") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            return once(path, compute, dump=dump, load=load)
+    if path.exists():
+        return load(path.read_text(encoding="utf-8"))
+    value = compute()
+    write_atomic(path, dump(value))
+    return value

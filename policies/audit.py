@@ -50,7 +50,7 @@ OUTCOMES_FILE = "outcomes.jsonl"
 class OutcomeCell(Frozen):
     """What happened to one frozen decision's candidate (read only after decisions are hashed).
 
-    The one cell format: the loop (agent/episode.py), the executed retrospective and the
+    The one cell format: the loop (agent/loop/episode.py), the executed retrospective and the
     shipped Retrospective-24 replay all write and read it, so a user's own episodes feed the
     ShortFull and Retrospective diagnostics."""
 

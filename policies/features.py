@@ -183,7 +183,7 @@ def conflict_fires(c: Conflict, family: str, ctx: CurrentContext) -> bool:
 # --- compile ---------------------------------------------------------------------------
 
 
-def compile(rec: HistoricalRecord | Proposal, ctx: CurrentContext, *, use_applicability: bool = True,
+def compile(rec: HistoricalRecord | Proposal, ctx: CurrentContext, *, use_applicability: bool = True,  # noqa: A001 (the spec's name)
             conflicted: bool = False, discounts: Mapping[str, float] = DISCOUNTS) -> Features:
     """Outcome-blind features of one candidate in one context (see the module docstring)."""
     fields = (_fields_from_applicability if use_applicability else _fields_from_source)(rec, ctx)

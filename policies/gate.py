@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from experience_bank.errors import BadInput
 from experience_bank.families import FAMILIES
@@ -73,16 +73,6 @@ def uniform_gate_config(*, ifeval_max_drop_pp: float, min_gain_pp: float, kappa_
     """The gate's config with one minimum gain and one kappa for every family (what a run config gives)."""
     return GateConfig(ifeval_max_drop_pp=ifeval_max_drop_pp, alpha=alpha, min_gain_pp={f: min_gain_pp for f in FAMILIES},
                       kappa={f: kappa_pp for f in FAMILIES})
-
-
-def gate_config(mapping: Mapping | None) -> GateConfig:
-    """GateConfig from the run config's `gate:` section; unknown keys are BadInput."""
-    try:
-        return GateConfig.model_validate(dict(mapping or {}))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise BadInput(f"invalid gate config: field {loc}: {err['msg']}; fix the run config's gate section") from None
 
 
 # --- paired items ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Outcome classes: the one definition of "beneficial", "harmful" and "neutral".
 
 Every place that scores what an update did calls `outcome_class`: the audit of a recorded
-episode (agent/episode.py's RunAudit), the replay of the shipped Retrospective-24 cells
+episode (agent/loop/episode.py's RunAudit), the replay of the shipped Retrospective-24 cells
 (policies/replay.py) and the executed retrospective (agent/experiments/retrospective.py).
 
 - direction of an effect: 0 when |x| < band, else its sign;

@@ -1,10 +1,10 @@
 """The statistics of docs/AUTHORIZER.md §10, as thin functions over scipy.stats (no hand-rolled tests).
 
 Exact sign-flip test over paired differences (all 2^n sign assignments), paired t interval,
-exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, exact
-binomial test, Spearman rank correlation, and the paired comparison every gate check reports
-beside its threshold (`paired_stats`). Out of scope: multiple-comparison corrections and
-clustered inference (the seed reports neither).
+exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, Spearman
+rank correlation, and the paired comparison every gate check reports beside its threshold
+(`paired_stats`). Out of scope: multiple-comparison corrections and clustered inference (the
+seed reports neither).
 """
 
 from __future__ import annotations
@@ -113,13 +113,6 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         raise BadInput(f"need 0 <= k <= n, got k={k}, n={n}")
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
     return float(ci.low), float(ci.high)
-
-
-def binomial_test(k: int, n: int, p: float = 0.5) -> float:
-    """Exact two-sided binomial test p."""
-    if n <= 0 or not 0 <= k <= n:
-        raise BadInput(f"need n >= 1 and 0 <= k <= n, got k={k}, n={n}")
-    return float(stats.binomtest(k, n, p).pvalue)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

@@ -2,7 +2,7 @@
 
 import json
 
-from bank_factory import record
+from support.bank_factory import record
 from test_policies_compile import ctx
 
 from agent.cli.main import main

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.cli.main import main
 from experience_bank.bank import Bank
 from experience_bank.records import CurrentContext, ModelRef
@@ -371,7 +370,7 @@ def test_malformed_input_is_one_line_exit_2_and_writes_nothing(case, ok, tmp_pat
     (tmp_path / "cache").mkdir()
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    monkeypatch.setattr("agent.episode._world_and_bank", _tripwire, raising=False)
+    monkeypatch.setattr("agent.loop.episode._world_and_bank", _tripwire, raising=False)
     folder = tmp_path / "case"
     folder.mkdir()
     for d in case.dirs:

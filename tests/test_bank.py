@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from bank_factory import decision, event, proposal, record, sha
+from support.bank_factory import decision, event, proposal, record, sha
 from experience_bank.bank import Bank, SeqTaken
 from experience_bank.errors import BadInput
 from experience_bank.hashing import chain_hash, content_hash

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from agent.cli.main import main
-from bank_factory import event, proposal, record, sha
+from support.bank_factory import event, proposal, record, sha
 from experience_bank.bank import Bank
 from experience_bank.hashing import canonical_json
 

@@ -5,7 +5,7 @@ import statistics
 import pytest
 from scipy import stats
 
-from bank_factory import proposal, record, sha
+from support.bank_factory import proposal, record, sha
 from experience_bank.consolidate import lower_bound
 from experience_bank.errors import BadInput
 

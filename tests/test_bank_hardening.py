@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from agent.cli.main import main
-from bank_factory import event, record, sha
+from support.bank_factory import event, record, sha
 from experience_bank import files, integrity, paths
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bank_factory import event, record, sha
+from support.bank_factory import event, record, sha
 from experience_bank.bank import Bank
 from experience_bank.hashing import canonical_json
 
@@ -131,7 +131,7 @@ def test_kill_9_during_bulk_import_leaves_all_or_none(tmp_path):
 
 APPENDER = """
     import sys
-    from bank_factory import event
+    from support.bank_factory import event
     from experience_bank.bank import Bank, SeqTaken
     bank = Bank.open(sys.argv[1])
     tag, n, done = sys.argv[2], int(sys.argv[3]), 0

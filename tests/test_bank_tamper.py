@@ -8,7 +8,7 @@ import pytest
 from sqlite_utils import Database
 
 from agent.cli.main import main
-from bank_factory import decision, event, record, sha
+from support.bank_factory import decision, event, record, sha
 from experience_bank import chains, heads
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
@@ -128,9 +128,9 @@ def rewrite_record_and_references(db):
 
 
 def rewrite_decision(db):
-    from experience_bank.bank import decision_hash
+    from experience_bank.hashing import decision_hash
     forged = decision("S02", action="train")
-    forged = forged.model_copy(update={"decision_hash": decision_hash(forged)})
+    forged = forged.model_copy(update={"decision_hash": decision_hash(forged.model_dump(mode="json"))})
     db.execute("UPDATE decisions SET decision_hash = ?, body = ? WHERE episode_id = 'E2'",
                [forged.decision_hash, canonical_json(forged)])
     db.execute("UPDATE journal SET ref = ? WHERE episode_id = 'E2' AND kind = 'decision'", [forged.decision_hash])

@@ -86,9 +86,9 @@ if policy == "broken":
     sys.exit("broken policy: simulated crash")
 gain = {"good": 4.0, "meh": 1.0, "idle": 0.0}[policy] + seed
 sys.path.insert(0, TESTS)
-import bank_factory as bf
-from test_graph_fakes import _suite
-from agent.rundir import RunDir
+from support import bank_factory as bf
+from support.graph_fakes import _suite
+from agent.run.rundir import RunDir
 from experience_bank.results import GateCheck, GateVerdict
 for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
     ife = _suite("ifeval", "prompt_strict", 70.0, sha, "adoption")
@@ -124,8 +124,8 @@ if policy != "idle":
         promote=True, decided_by="all_passed", checks=(GateCheck(name="target", passed=True, numbers={}, reason="ok"),),
         u_prom=0.1, child_sha256="b" * 64, parent_sha256="a" * 64, initial_sha256="a" * 64).model_dump_json())
 from agent.config import RunConfig
-from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
-from agent.rundir import RunDir
+from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+from agent.run.rundir import RunDir
 RunDir(run_dir).freeze(build_manifest(
     episode_id=run_dir.name, config=RunConfig(policy="bcit", bank=str(bank_path)).model_dump(mode="json"),
     budget_h=10.0, initial=ModelAt(dir="base", sha256="a" * 64),
@@ -178,7 +178,7 @@ def test_cli_rejects_unknown_policy(capsys):
 def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     """The reader agrees with what the real loop writes (nodes + report over fake ports)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_graph_fakes import PLAN, run_fake
+    from support.graph_fakes import PLAN, run_fake
 
     run_fake(tmp_path)
     ep = C.read_episode(tmp_path)

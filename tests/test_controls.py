@@ -7,7 +7,7 @@ import itertools
 from agent.world.catalogue import catalogue
 from agent.world.controls import CONTROL_POOL, control_card, control_examples, control_key, is_control
 from agent.world.source_contexts import source_card
-from bank_factory import sha
+from support.bank_factory import sha
 from evaluators.rewards import placebo
 from experience_bank.records import ModelRef
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.config import RunConfig
 from agent.experiments import compare as C
 from agent.experiments import retrospective as R

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import bank_factory as bf
+from support import bank_factory as bf
 import evaluators
 from agent.config import RunConfig
-from agent.nodes_ports import WorldPorts
+from agent.loop.ports import WorldPorts
 from experience_bank.results import TrainResult
 from test_gate_factory import SPECS, suite, world
-from test_graph_fakes import make_ctx
+from support.graph_fakes import make_ctx
 
 
 def _all(model: str, sql: float, fin: float, fn: float):

@@ -13,7 +13,7 @@ from test_gate_factory import FAMILY_TARGETS, sha
 
 from experience_bank.results import EvalIdentity, ItemResult, MetricSpec, SuiteResult
 from policies.gate import (
-    SEVERITIES, GateConfig, captrack_profile, gate, gate_config, judged_severity, uniform_gate_config,
+    SEVERITIES, GateConfig, captrack_profile, gate, judged_severity, uniform_gate_config,
 )
 from policies.stats import paired_stats
 
@@ -158,7 +158,7 @@ def test_the_same_drift_on_40_items_is_severe_and_blocks():
 def test_the_minimum_is_a_frozen_gate_field():
     initial = world("initial", arith=[True] * 6 + [False])
     child = world("child", arith=[True] * 5 + [False] * 2, sql=SQL_UP)
-    assert judge(initial, child, gate_config({"min_severe_items": 7})).decided_by == "captrack"
+    assert judge(initial, child, GateConfig(min_severe_items=7)).decided_by == "captrack"
     default = uniform_gate_config(ifeval_max_drop_pp=2.0, min_gain_pp=1.0, kappa_pp=10.0, alpha=0.05)
     assert default.model_dump(mode="json")["min_severe_items"] == 30  # what the manifest freezes
     prof = captrack_profile(initial, child, SPECS)  # `agent profile` judges with the gate's default
@@ -190,7 +190,7 @@ def test_a_metric_no_probe_explains_fails_closed():
 
 
 def test_the_report_shows_each_check_beside_its_noise():
-    from agent.report import NOISE_HEADER, noise_rows
+    from agent.views.report import NOISE_HEADER, noise_rows
 
     initial = world("initial", arith=[True] * 6 + [False])
     v = judge(initial, world("child", arith=[True] * 5 + [False] * 2, sql=SQL_UP))

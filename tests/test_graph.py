@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from agent.run.rundir import RunDir
 from experience_bank.bank import Bank
-from test_graph_fakes import ledger_rows, run_fake
+from support.graph_fakes import ledger_rows, run_fake
 
 
 def _events(run_dir):
@@ -45,15 +48,27 @@ def test_each_promotion_extends_the_current_parents_lineage(tmp_path):
 
 
 def test_ledger_matches_events_plus_shared_evaluations(tmp_path):
-    run_fake(tmp_path)
+    final = run_fake(tmp_path)
     events, _, _ = _events(tmp_path)
     rows = ledger_rows(tmp_path)
     assert len({r["key"] for r in rows}) == len(rows)
-    shared = sum(r["h"] for r in rows if r["key"].startswith("eval:") and "adoption" in r["key"]
-                 and not any(e.metrics and r["key"].startswith("eval:") for e in []))
-    assert abs(sum(r["h"] for r in rows) - sum(e.cost_device_hours for e in events)) > 0  # shared evals exist
-    assert sum(r["h"] for r in rows) >= sum(e.cost_device_hours for e in events)
-    assert shared > 0
+    # An event is charged its trial, its full run and the evaluations of the children they made;
+    # every other charge is shared between decisions: an evaluation of the initial model or of a
+    # parent, and the endpoint's.
+    rd, owned = RunDir(tmp_path), set()
+    for e in events:
+        dh = e.decision.decision_hash
+        trial, run, verdict = rd.trial(dh), rd.train(dh), rd.verdict(dh)
+        owned |= {f"{dh}:trial", f"{dh}:train"}
+        owned |= {f"eval:{trial.train.checkpoint_sha256}:validation"} if trial else set()
+        owned |= {f"eval:{run.checkpoint_sha256}:adoption"} if verdict else set()
+    shared = [r for r in rows if r["key"] not in owned]
+    parents = {rd.manifest().initial.sha256, *final["lineage"], final["parent_sha"]}
+    assert {r["key"].split(":")[1] for r in shared if r["key"].startswith("eval:")} <= parents
+    assert [r["key"] for r in shared if not r["key"].startswith("eval:")] == ["endpoint:test"]
+    assert sum(r["h"] for r in shared) > 0
+    assert sum(r["h"] for r in rows) == pytest.approx(sum(e.cost_device_hours for e in events)
+                                                      + sum(r["h"] for r in shared))
 
 
 def test_trainer_runs_once_per_key(tmp_path):
@@ -91,7 +106,7 @@ def test_rerun_of_finished_episode_is_a_no_op(tmp_path):
 def test_checkpoint_state_is_plain_json(tmp_path):
     import sqlite3
 
-    from agent.episode import strict_serde
+    from agent.run.checkpoints import strict_serde
     run_fake(tmp_path)
     conn = sqlite3.connect(tmp_path / "checkpoints.sqlite")
     serde = strict_serde()
@@ -104,7 +119,7 @@ def test_checkpoint_state_is_plain_json(tmp_path):
 def test_the_final_parent_is_scored_once_on_the_test_split_and_charged(tmp_path):
     final = run_fake(tmp_path)
     rows = {r["key"]: r for r in ledger_rows(tmp_path)}
-    from agent.rundir import RunDir
+    from agent.run.rundir import RunDir
 
     assert RunDir(tmp_path).has_evaluation(final["parent_sha"], "test")
     test_evals = [k for k in rows if k.endswith(":test")]

@@ -96,7 +96,7 @@ def test_the_orjson_path_writes_json_dumps_bytes(value):
 @given(finite | edges, st.text(max_size=20), st.integers(0, 2**62))
 def test_a_record_hashes_the_same_through_either_path(delta, title, stage):
     # Through real models (validation runs): the body, and the source context the row hashes apart.
-    from bank_factory import record
+    from support.bank_factory import record
     r = record(delta=delta, stage=stage)
     r = type(r).model_validate({**r.model_dump(), "card": {**r.card.model_dump(), "title": title or "t"}})
     assert canonical_json(r) == hashing.json_dumps_canonical(r)

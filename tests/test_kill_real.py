@@ -12,10 +12,10 @@ each kill inside that training), and a clean `agent bank verify --against` its h
 every kill) and `agent audit`.
 
 Where a kill lands:
-- after a graph node: `AGENT_KILL_AT=<node>[:<nth>]` (agent/killpoints.py, called from
-  agent/episode.py's drive loop); the test checks the process's last progress line names that node;
+- after a graph node: `AGENT_KILL_AT=<node>[:<nth>]` (agent/run/killpoints.py, called from
+  agent/loop/episode.py's drive loop); the test checks the process's last progress line names that node;
 - inside the promotion: `promote.replace` (the new parent.json fsync'd to its temporary file, not
-  yet renamed) and `promote.done` (renamed, the event not yet appended), from agent/promotion.py;
+  yet renamed) and `promote.done` (renamed, the event not yet appended), from agent/run/promotion.py;
 - inside a training or an evaluation, from outside: the test SIGKILLs the process when the
   trainer's work folder or checkpoint directory, or the evaluator's first output file, appears.
 
@@ -417,7 +417,7 @@ def pristine(tmp_path_factory) -> Path:
     from agent.cli.main import build_parser
 
     build_parser()  # warm what every forked child imports (the world's dataset hashes: _library)
-    for module in ("agent.episode", "agent.nodes_ports", "agent.proposer", "agent.report", "agent.tracking",
+    for module in ("agent.loop.episode", "agent.loop.ports", "agent.loop.proposer", "agent.views.report", "agent.views.tracking",
                    "evaluators", "policies.audit", "trainers"):
         importlib.import_module(module)
 
@@ -474,7 +474,7 @@ def killed_at_start(folder: Path) -> None:
 PROMOTE = """
 import hashlib, sys
 from pathlib import Path
-from agent.promotion import init_parent, promote
+from agent.run.promotion import init_parent, promote
 from experience_bank.results import GateVerdict
 
 def sha(name):
@@ -499,7 +499,7 @@ def test_kill_inside_the_promotion(tmp_path, point):
     """SIGKILL inside the real promotion: before the rename the old pointer is whole (the new one
     only in an orphaned temporary file), after it the new one is; promoting again, as the resumed
     commit does, lands the promotion once."""
-    from agent.promotion import read_pointer
+    from agent.run.promotion import read_pointer
 
     killed = _promote(tmp_path, point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from agent.cli.main import main
-from experience_bank.errors import BadInput
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "local"

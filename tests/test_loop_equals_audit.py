@@ -8,7 +8,6 @@ and each trial's verdict are drawn by hypothesis, a training run writes a fake m
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,12 +15,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.episode import drive
-from experience_bank.bank import Bank
+from agent.loop.episode import drive
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk
 from policies.features import features_from_row
-from test_graph_fakes import FakePorts, make_ctx
+from support.graph_fakes import FakePorts, make_ctx
 
 SCORE = st.sampled_from([0.0, 0.5, 1.0])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from agent import nodes
-from test_graph_fakes import make_ctx
+from agent.loop import nodes
+from support.graph_fakes import make_ctx
 
 
 def _rt(ctx):
@@ -83,7 +83,7 @@ def test_outcome_mapping():
 def test_progress_display_live_and_quiet(tmp_path, monkeypatch):
     import agent.progress
     from agent.config import build_config
-    from agent.episode import _display
+    from agent.loop.episode import _display
 
     ctx, initial, bank = make_ctx(tmp_path)
 

@@ -2,7 +2,7 @@
 
 from experience_bank.records import Conflict, CurrentContext, ModelRef
 from policies import EpisodeState, PolicyConfig, authorize, compile, decide
-from bank_factory import proposal, record, sha
+from support.bank_factory import proposal, record, sha
 
 
 def ctx(**kw) -> CurrentContext:

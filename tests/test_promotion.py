@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from test_gate_factory import sha
 
-from agent import promotion
-from agent.promotion import current_parent, init_parent, promote, read_pointer
+from agent.run import promotion
+from agent.run.promotion import current_parent, init_parent, promote, read_pointer
 from experience_bank.errors import BadInput
 from experience_bank.results import GateVerdict
 
@@ -75,7 +75,7 @@ def test_killed_promoter_leaves_old_or_new_never_neither(tmp_path):
     script = textwrap.dedent(f"""
         import sys; sys.path[:0] = {sys.path!r}
         from test_promotion import verdict
-        from agent.promotion import init_parent, promote
+        from agent.run.promotion import init_parent, promote
         run = {str(tmp_path)!r}
         init_parent(run, "a", verdict(True).initial_sha256)
         names = ["initial", "child"]

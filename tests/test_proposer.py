@@ -2,7 +2,7 @@
 the real `WorldPorts.propose` and `to_proposal`: a proposal's B_i comes from the needs it declares.
 
 The episode tests drive the real loop (propose, filter, compile, authorize, commit) with fakes only
-at the trainer and evaluator boundary (tests/test_graph_fakes.py), and check that an LLM proposal
+at the trainer and evaluator boundary (tests/support/graph_fakes.py), and check that an LLM proposal
 is decided by Eq. 13's new-proposal branch under the quota q = 3, and that every hostile reply
 becomes one recorded rejection while the episode goes on with the catalogue.
 """
@@ -15,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-import bank_factory as bf
-import test_graph_fakes as tgf
+from support import bank_factory as bf
+from support import graph_fakes as tgf
 from agent.config import RunConfig
-from agent.nodes_ports import WorldPorts
-from agent.proposer import Allowlist, load_or_propose
+from agent.loop.ports import WorldPorts
+from agent.loop.proposer import Allowlist, load_or_propose
 from agent.world.store import World
 from experience_bank.records import ModelRef, Proposal, parse_record
 
@@ -195,7 +195,7 @@ def test_proposals_are_asked_once_per_episode(server, tmp_path):
 
 
 class EpisodePorts(WorldPorts):
-    """WorldPorts with the trainer/evaluator boundary replaced by test_graph_fakes' fakes."""
+    """WorldPorts with the trainer/evaluator boundary replaced by tests/support/graph_fakes.py's fakes."""
 
     def __init__(self, world, cfg, allow, manifest, run_dir):
         super().__init__(world, cfg, allow, manifest)
@@ -227,7 +227,7 @@ class EpisodePorts(WorldPorts):
 
 
 def _episode(tmp_path, monkeypatch, url: str, model: str):
-    from agent.episode import drive
+    from agent.loop.episode import drive
 
     run_dir = tmp_path / "E-fake"
     ctx, initial, bank = tgf.make_ctx(run_dir, max_rejections=50)
@@ -273,7 +273,7 @@ def test_a_hostile_reply_is_recorded_and_the_episode_goes_on(server, tmp_path, m
     ('[{"status": "accepted", "hash": "x", "record": "{}"}]', "damaged"), ("[" * 5000, "nested"),
 ])
 def test_a_damaged_proposals_file_is_one_line(tmp_path, text, needle):
-    from agent.proposer import load_proposals
+    from agent.loop.proposer import load_proposals
     from experience_bank.errors import BadInput
 
     (tmp_path / "proposals.json").write_text(text)
@@ -282,7 +282,7 @@ def test_a_damaged_proposals_file_is_one_line(tmp_path, text, needle):
 
 
 def test_a_proposal_edited_after_acceptance_is_refused(server, tmp_path):
-    from agent.proposer import load_proposals
+    from agent.loop.proposer import load_proposals
     from experience_bank.errors import BadInput
 
     rows = _ports(server, "valid").propose([])

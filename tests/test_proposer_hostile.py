@@ -18,8 +18,8 @@ import openai  # noqa: F401 (imported before memory is traced: the proposer impo
 import pytest
 
 from agent.config import RunConfig
-from agent.nodes_ports import WorldPorts
-from agent.proposer import MAX_REPLY_BYTES, Allowlist
+from agent.loop.ports import WorldPorts
+from agent.loop.proposer import MAX_REPLY_BYTES, Allowlist
 from test_proposer import _world
 
 BOMB_BYTES = 128 << 20

@@ -5,7 +5,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bank_factory import card, event, proposal, record
+from support.bank_factory import card, event, proposal, record
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
 from experience_bank.records import Event, HistoricalRecord, parse_model, parse_record

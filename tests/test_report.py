@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_graph_fakes import run_fake
+from support.graph_fakes import run_fake
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_the_endpoint_section_lists_the_final_parents_test_scores(run_dir):
 def test_the_time_section_refuses_walls_the_episode_did_not_have(run_dir):
     """The fake trainers report 1.5 s runs they never spent: the section says why it has no split
     (the real split is asserted on real episodes in tests/test_runcache_episode.py)."""
-    from agent.report import TIME_SECTION
+    from agent.views.report import TIME_SECTION
 
     part = (run_dir / "report.md").read_text(encoding="utf-8").split(f"## {TIME_SECTION}")[1]
     assert "(not computed: the ledger charges" in part and "| part |" not in part

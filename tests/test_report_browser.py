@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from browser import WIDTH, dump_dom, screenshot
-from test_graph_fakes import run_fake
+from support.browser import WIDTH, dump_dom, screenshot
+from support.graph_fakes import run_fake
 
 pytestmark = pytest.mark.slow
 

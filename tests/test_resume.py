@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from experience_bank.bank import Bank
-from test_graph_fakes import ledger_rows, run_fake
+from support.graph_fakes import ledger_rows, run_fake
 
-SCRIPT = Path(__file__).with_name("test_graph_fakes.py")
+SCRIPT = Path(__file__).with_name("support") / "graph_fakes.py"
 POINTS = ["decided:S02", "trial:S02:mid", "trial:S02:done", "train:S02:mid", "train:S06:done", "promote",
           "appended:S03", "appended:S06"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.experiments import retrospective as R
 from experience_bank.hashing import content_hash
 from experience_bank.records import FieldScores

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.cli.main import main
-from agent.episode import RunAudit, outcome_cell
-from agent.rundir import RunDir
+from agent.run.audit import RunAudit, outcome_cell
+from agent.run.rundir import RunDir
 from experience_bank.records import CurrentContext
 from policies import EpisodeState, decide
 from policies.replay import replay_run
-from test_graph_fakes import make_ctx
+from support.graph_fakes import make_ctx
 
 
 def _context() -> CurrentContext:

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from agent import tracking
-from agent.runlock import LOCK, hold, running
+from agent.views import tracking
+from agent.run.rundir import RunDir
+from agent.run.runlock import hold, running
 from experience_bank.errors import BadInput
 
 MANIFEST = {"episode_id": "ep-1", "config": {"policy": "bcit", "world": "w"}, "budget_device_hours": 1.0,
@@ -68,12 +69,12 @@ def test_a_run_lock_planted_as_a_link_is_not_followed(tmp_path):
     victim.write_text("keep me\n")
     run_dir = tmp_path / "ep-1"
     run_dir.mkdir()
-    os.symlink(victim, run_dir / LOCK)
+    os.symlink(victim, RunDir(run_dir).lock_file)
     with pytest.raises(BadInput, match="must be a plain file"):
         with hold(run_dir):
             pass
     assert victim.read_text() == "keep me\n"
     assert not running(run_dir)
-    (run_dir / LOCK).unlink()
+    (RunDir(run_dir).lock_file).unlink()
     with hold(run_dir):
         assert running(run_dir)

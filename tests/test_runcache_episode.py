@@ -34,7 +34,7 @@ def _episode(root: Path, bank0: Path, monkeypatch) -> dict:
 
 def _decisions_part(report: Path) -> str:
     """The report without its last section, the one that measures this process's wall-clock."""
-    from agent.report import TIME_SECTION
+    from agent.views.report import TIME_SECTION
 
     text = report.read_text()
     assert f"## {TIME_SECTION}" in text

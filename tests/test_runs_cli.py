@@ -37,13 +37,13 @@ def test_every_command_help_has_an_example():
 
 def _episode(folder: Path, name: str, *, policy: str, charges: list[float], promote: bool, report: bool) -> Path:
     """A run directory as the loop leaves it: manifest, parent pointer, ledger (real writers)."""
-    from agent.promotion import init_parent, promote as move
+    from agent.run.promotion import init_parent, promote as move
     from experience_bank.results import GateVerdict
     from trainers.ledger import Ledger
 
     from agent.config import RunConfig
-    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
-    from agent.rundir import RunDir
+    from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+    from agent.run.rundir import RunDir
 
     run = folder / name
     run.mkdir(parents=True)
@@ -66,7 +66,7 @@ def _episode(folder: Path, name: str, *, policy: str, charges: list[float], prom
     return run
 
 
-HOLD = "import sys, time; from pathlib import Path; from agent.runlock import hold\n" \
+HOLD = "import sys, time; from pathlib import Path; from agent.run.runlock import hold\n" \
        "with hold(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.readline()"
 
 
@@ -112,7 +112,7 @@ def test_a_damaged_run_is_listed_as_unreadable_beside_the_others(tmp_path, capsy
 
 
 def test_a_second_process_cannot_run_a_held_episode(tmp_path):
-    from agent.runlock import hold, running
+    from agent.run.runlock import hold, running
     from experience_bank.errors import BadInput
 
     assert not running(tmp_path)

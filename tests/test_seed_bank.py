@@ -5,7 +5,7 @@ import pytest
 from agent.world.catalogue import card_by_id
 from agent.world.seed_bank import GRADE_PLAN, KAPPA, evidence_from
 from agent.world.source_contexts import source_card
-from bank_factory import record
+from support.bank_factory import record
 from experience_bank.consolidate import merged_evidence
 from experience_bank.evidence import lower_bound
 from test_catalogue import fake_world  # tests/ is on sys.path (rootdir-relative import mode)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-import bank_factory as bf
+from support import bank_factory as bf
 from agent.world.catalogue import catalogue
-from agent.world.interface import current_context
+from agent.world.records import current_context
 from agent.world.source_contexts import (
     DATA_RELEASE, SOURCE_PARENT, parent_ref, source_applicability, source_context, templated,
 )

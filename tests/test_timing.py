@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agent.timing import CONTROL_PLANE_GOAL, time_breakdown
+from agent.views.timing import CONTROL_PLANE_GOAL, time_breakdown
 from experience_bank.errors import BadInput
 from trainers.ledger import Ledger
 
@@ -65,7 +65,7 @@ def test_bad_rows_or_wall_are_one_line_errors(rows, wall, message):
 
 
 def test_node_seconds_adds_each_nodes_spans():
-    from agent.timing import node_seconds
+    from agent.views.timing import node_seconds
 
     marks = [("__start__", 0.0), ("propose", 0.5), ("validate", 1.0), ("commit", 61.0), ("validate", 62.0),
              ("report", 92.0), ("end", 93.5)]

@@ -2,7 +2,7 @@
 registry's champion, idempotence under resume and kill -9, and a tracker that is down.
 
 The loop, the bank, parent.json and the MLflow store (SQLite) are real; the trainer, evaluator
-and gate are the fakes of test_graph_fakes.py. Run as a script (`python tests/test_tracking.py
+and gate are the fakes of tests/support/graph_fakes.py. Run as a script (`python tests/test_tracking.py
 RUN_DIR URI`) to drive one tracked fake episode (the kill/resume test does).
 """
 
@@ -21,14 +21,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import test_graph_fakes as fakes  # noqa: E402
+from support import graph_fakes as fakes  # noqa: E402
 
 
 class PromotingPorts(fakes.FakePorts):
-    """The fake ports; a promotion also moves the real parent.json (agent.promotion.promote)."""
+    """The fake ports; a promotion also moves the real parent.json (agent.run.promotion.promote)."""
 
     def promote(self, run_dir, child_dir, verdict):
-        from agent.promotion import promote
+        from agent.run.promotion import promote
 
         dest = super().promote(run_dir, child_dir, verdict)
         promote(run_dir, dest, verdict)
@@ -37,9 +37,9 @@ class PromotingPorts(fakes.FakePorts):
 
 def tracked_fake(run_dir: Path, uri: str, said: list | None = None) -> dict:
     """One fake episode (real loop, policy, ledger, bank and manifest) under `tracked`, as run_episode runs it."""
-    from agent.episode import drive
-    from agent.promotion import init_parent
-    from agent.tracking import tracked
+    from agent.loop.episode import drive
+    from agent.run.promotion import init_parent
+    from agent.views.tracking import tracked
 
     ctx, initial, bank = fakes.make_ctx(run_dir)
     ctx.ports = PromotingPorts(run_dir)
@@ -66,7 +66,7 @@ def _client(uri: str):
 
 def _view(uri: str, run_dir: Path) -> dict:
     """What the store holds for episode E-fake, as plain values."""
-    from agent.tracking import EXPERIMENT, lineage_name
+    from agent.views.tracking import EXPERIMENT, lineage_name
 
     c = _client(uri)
     exp = c.get_experiment_by_name(EXPERIMENT).experiment_id
@@ -120,7 +120,7 @@ def test_episode_is_mirrored_with_decisions_ledger_and_champion(episode):
 
 
 def test_second_sync_and_half_logged_run_log_nothing_twice(episode):
-    from agent.tracking import CHAMPION
+    from agent.views.tracking import CHAMPION
 
     uri, run_dir, _, _ = episode
     v = _view(uri, run_dir)
@@ -166,7 +166,7 @@ def test_a_tracker_that_is_down_warns_once_and_the_episode_goes_on(tmp_path):
     assert json.loads((tmp_path / "E-fake" / "parent.json").read_text())["promotions"] == 3
 
 
-START = """import sys; from pathlib import Path; from agent.tracking import Tracker
+START = """import sys; from pathlib import Path; from agent.views.tracking import Tracker
 said = []
 t = Tracker(sys.argv[1], Path(sys.argv[2]), said.append)
 t.start({"episode_id": Path(sys.argv[2]).name, "config": {"policy": "bcit", "world": "w"}, "budget_device_hours": 1.0,
@@ -184,7 +184,7 @@ def test_episodes_started_together_share_a_fresh_store(tmp_path):
     outs = [p.communicate(timeout=120) for p in procs]
     assert [(p.returncode, o.strip()) for p, (o, _) in zip(procs, outs)] == [(0, "[]")] * 3, outs
     assert not any("Warning" in err for _, err in outs)
-    from agent.tracking import EXPERIMENT
+    from agent.views.tracking import EXPERIMENT
 
     c = _client(uri)
     runs = c.search_runs([c.get_experiment_by_name(EXPERIMENT).experiment_id], "tags.kind = 'episode'")
@@ -192,8 +192,8 @@ def test_episodes_started_together_share_a_fresh_store(tmp_path):
 
 
 def test_no_tracking_writes_no_store_but_holds_the_run_lock(tmp_path, monkeypatch):
-    from agent.runlock import running
-    from agent.tracking import tracked
+    from agent.run.runlock import running
+    from agent.views.tracking import tracked
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     ctx, initial, bank = fakes.make_ctx(tmp_path / "E-fake")
@@ -207,7 +207,7 @@ def test_no_tracking_writes_no_store_but_holds_the_run_lock(tmp_path, monkeypatc
 
 
 def test_tracking_uri_precedence(tmp_path, monkeypatch):
-    from agent.tracking import tracking_uri
+    from agent.views.tracking import tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
@@ -230,7 +230,7 @@ def test_run_flags_reach_the_config():
 def test_comparison_is_one_run_that_parents_its_episodes(tmp_path):
     from agent.experiments import compare as C
     from agent.experiments.compare_output import write_outputs
-    from agent.tracking import EXPERIMENT, Tracker, log_comparison
+    from agent.views.tracking import EXPERIMENT, Tracker, log_comparison
     from test_compare import _ep
 
     out = tmp_path / "cmp"

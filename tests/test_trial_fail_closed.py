@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from test_gate_factory import suite
-from test_graph_fakes import FakePorts, make_ctx
+from support.graph_fakes import FakePorts, make_ctx
 from trainers.trial import TrialThresholds, measurement, verdict
 
 T = TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=2.0)
@@ -58,7 +58,7 @@ class MeasuringPorts(FakePorts):
 
 
 def test_an_unknown_trial_metric_is_recorded_as_fail_and_the_episode_goes_on(tmp_path):
-    from agent.episode import drive
+    from agent.loop.episode import drive
 
     ctx, initial, bank = make_ctx(tmp_path, ports=MeasuringPorts(tmp_path))
     try:

@@ -90,7 +90,7 @@ def test_a_world_under_another_world_id_is_refused(tmp_path, monkeypatch):
 def test_seed_records_are_keyed_to_the_base_and_another_base_s_records_are_refused(tmp_path):
     from agent.world.catalogue import catalogue
     from agent.world.seed_bank import plan_sha256, seed_dir, seed_records
-    from bank_factory import record
+    from support.bank_factory import record
     from test_catalogue import fake_world  # tests/ is on sys.path
 
     world = replace(fake_world("test"), root=str(tmp_path))

@@ -41,7 +41,7 @@ def _one_line(err: str) -> str:
 
 
 def _records_file(tmp_path: Path, n: int, tag: str = "r") -> Path:
-    from bank_factory import record
+    from support.bank_factory import record
 
     path = tmp_path / f"{tag}.jsonl"
     path.write_text("".join(record(f"S{i:02d}", seed=f"{tag}{i}").model_dump_json() + "\n" for i in range(n)))
@@ -283,7 +283,7 @@ def _run_argv(tmp_path: Path) -> list[str]:
 
 
 def test_a_run_whose_folder_cannot_be_written_before_deciding_exits_2(tmp_path, monkeypatch, capsys):
-    from agent.rundir import RunDir
+    from agent.run.rundir import RunDir
 
     argv = _run_argv(tmp_path)
     capsys.readouterr()

@@ -7,7 +7,7 @@ Public API (loaded on first use, so `import trainers` does not load torch):
   reward_funcs=None, seed=0) -> TrialResult`; `TrialThresholds`; `verdict`  (trainers.trial)
 - `trial_steps(card, fraction=0.2) -> int` (the floor of the share; `TrialRefused` under one
   step), `plan_steps`                                                     (trainers.steps)
-- `trainers.ledger`: `parse_budget`, `run_hours`, `CostModel`, `Ledger`, `BudgetExceeded`
+- `trainers.ledger`: `parse_budget`, `run_hours`, `CostModel`, `Ledger`
 - `trainers.data`: `sample_recipe`, `mix_replay`, `build_examples`
 - `trainers.sanity`: `is_hard_failure`, `failed_checks`
 """

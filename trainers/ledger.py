@@ -12,8 +12,8 @@
   scale. Measured seconds are recorded beside nominal charges either way.
 - `Ledger(path)`: SQLite through sqlite-utils; triggers refuse UPDATE and DELETE, and each
   charge is keyed by (episode_id, key), so a step re-run after a crash is charged once.
-- A run that would exceed the remaining budget is not started: `Ledger.require` raises
-  `BudgetExceeded`, which the loop catches (it is not BadInput: nothing the user typed is wrong).
+- A run that would exceed the remaining budget is not started: the loop asks `Ledger.can_afford`
+  (with the endpoint's evaluation kept back: agent/loop/nodes.py `_fits`) before it starts one.
 """
 
 from __future__ import annotations
@@ -54,14 +54,6 @@ def run_hours(card_hours: float, steps_run: int, nominal_steps: int) -> float:
         raise BadInput(f"run of {steps_run} of {nominal_steps} nominal steps at {card_hours} device-hours: "
                        "need 0 <= steps run <= nominal steps, nominal >= 1, hours >= 0")
     return steps_run / nominal_steps * card_hours
-
-
-class BudgetExceeded(Exception):
-    """A run would exceed the episode's remaining device-hours; it was not started."""
-
-    def __init__(self, episode_id: str, key: str, needed: float, remaining: float):
-        self.episode_id, self.key, self.needed, self.remaining = episode_id, key, needed, remaining
-        super().__init__(f"{key} needs {needed:.4g} device-hours but episode {episode_id} has {remaining:.4g} left")
 
 
 @dataclass(frozen=True)
@@ -158,12 +150,6 @@ class Ledger:
     def can_afford(self, episode_id: str, budget: float, device_hours: float) -> bool:
         # A hair of tolerance so that a budget spent exactly by its parts is not refused by round-off.
         return device_hours <= self.remaining(episode_id, budget) + 1e-9
-
-    def require(self, episode_id: str, budget: float, device_hours: float, key: str) -> None:
-        """Refuse to start `key` when it would exceed the budget (a key already charged passes:
-        it was affordable when it ran, and re-running it charges nothing)."""
-        if self.get(episode_id, key) is None and not self.can_afford(episode_id, budget, device_hours):
-            raise BudgetExceeded(episode_id, key, device_hours, self.remaining(episode_id, budget))
 
     def charge_run(self, episode_id: str, key: str, card: CandidateCard, result: TrainResult, cost: CostModel,
                    cached: bool = False) -> dict:

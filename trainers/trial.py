@@ -54,8 +54,8 @@ class TrialThresholds:
 def verdict(delta_val: float, retention_deltas: Mapping[str, float], hard_failures: Sequence[str],
             thresholds: TrialThresholds, train_failures: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
     """(pass | fail | inconclusive, the conditions that fired) — a pure function."""
-    fails = [f"target fell {-delta_val:.3g} pp (fail at {thresholds.fail_drop_pp:g})"
-             for _ in [0] if delta_val <= -thresholds.fail_drop_pp]
+    fails = ([f"target fell {-delta_val:.3g} pp (fail at {thresholds.fail_drop_pp:g})"]
+             if delta_val <= -thresholds.fail_drop_pp else [])
     fails += [f"retention {name} fell {-d:.3g} pp (bound {thresholds.retention_drop_pp:g})"
               for name, d in sorted(retention_deltas.items()) if d < -thresholds.retention_drop_pp]
     fails += [f"hard failure: {h}" for h in hard_failures]

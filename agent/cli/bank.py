@@ -15,13 +15,13 @@ from experience_bank.files import write_atomic
 DEFAULT_BANK = "runs/bank.sqlite"
 
 
-def bank_init(args) -> int:
+def cmd_init(args) -> int:
     with Bank.init(args.bank, wait_s=args.wait) as bank:
         print(f"bank {args.bank}: schema {bank.schema_version()}, library version {bank.current_library_version()}")
     return 0
 
 
-def bank_import(args) -> int:
+def cmd_import(args) -> int:
     # The import is one transaction, so a bad line leaves a current bank as it was; but opening an
     # older bank migrates it first, so then the whole file is checked before (8.3 s of 1e6 lines).
     if migrations.would_migrate(args.bank):
@@ -32,7 +32,7 @@ def bank_import(args) -> int:
     return 0
 
 
-def bank_export(args) -> int:
+def cmd_export(args) -> int:
     if args.out:
         check_out_file(args.out)
     with Bank.open(args.bank) as bank:
@@ -45,7 +45,7 @@ def bank_export(args) -> int:
     return 0
 
 
-def bank_list(args) -> int:
+def cmd_list(args) -> int:
     with Bank.open(args.bank) as bank:
         for e in bank.library_records(args.version):
             grade = e.record.evidence.grade if e.record.kind == "historical" else "-"
@@ -54,7 +54,7 @@ def bank_list(args) -> int:
     return 0
 
 
-def bank_show(args) -> int:
+def cmd_show(args) -> int:
     with Bank.open(args.bank) as bank:
         found = bank.records_for(args.id) or [(h, bank.get_record(h)) for h in bank.record_hashes()
                                               if h.startswith(args.id)]
@@ -66,7 +66,7 @@ def bank_show(args) -> int:
     return 0
 
 
-def bank_verify(args) -> int:
+def cmd_verify(args) -> int:
     beside = heads.log_path(args.bank)
     against = args.against or (str(beside) if beside.is_file() else None)
     with Bank.open(args.bank) as bank:
@@ -81,14 +81,14 @@ def bank_verify(args) -> int:
     return 1 if report.problems else 0
 
 
-def bank_head(args) -> int:
+def cmd_head(args) -> int:
     with Bank.open(args.bank) as bank:
         for line in bank.head_lines():
             print(json.dumps(line, sort_keys=True))
     return 0
 
 
-def bank_consolidate(args) -> int:
+def cmd_consolidate(args) -> int:
     with Bank.open(args.bank, wait_s=args.wait) as bank:
         version = bank.consolidate(args.episode)
         print(f"episode {args.episode} -> library version {version} ({len(bank.library_records(version))} records)")
@@ -131,22 +131,22 @@ def register(sub) -> None:
     """Add `agent bank init|import|export|list|show|verify|head|consolidate`."""
     bank = sub.add_parser("bank", help="the experience bank: records, library versions, histories")
     group = bank.add_subparsers(dest="bank_command", required=True, metavar="BANK_COMMAND")
-    _command(group, "init", bank_init, "agent bank init --bank runs/bank.sqlite", "create a bank (idempotent)", writes=True)
-    _command(group, "import", bank_import, "agent bank import records.jsonl",
+    _command(group, "init", cmd_init, "agent bank init --bank runs/bank.sqlite", "create a bank (idempotent)", writes=True)
+    _command(group, "import", cmd_import, "agent bank import records.jsonl",
              "import a JSONL file of records all or nothing, as a new library version", writes=True).add_argument("file")
-    p = _command(group, "export", bank_export, "agent bank export --version 0 --out library.jsonl",
+    p = _command(group, "export", cmd_export, "agent bank export --version 0 --out library.jsonl",
                  "write a library version's records as JSONL")
     p.add_argument("--version", type=int, default=None, help="library version (default: current)")
     p.add_argument("--out", default=None, help="output file (default: stdout)")
-    p = _command(group, "list", bank_list, "agent bank list --version 1", "list a library version's records")
+    p = _command(group, "list", cmd_list, "agent bank list --version 1", "list a library version's records")
     p.add_argument("--version", type=int, default=None, help="library version (default: current)")
-    _command(group, "show", bank_show, "agent bank show S03", "show records by card id or hash prefix").add_argument("id")
-    p = _command(group, "verify", bank_verify, "agent bank verify --against runs/bank.sqlite.heads",
+    _command(group, "show", cmd_show, "agent bank show S03", "show records by card id or hash prefix").add_argument("id")
+    p = _command(group, "verify", cmd_verify, "agent bank verify --against runs/bank.sqlite.heads",
                  "recompute every hash and chain link; exit 1 naming the first broken row")
     p.add_argument("--against", default=None,
                    help="head log to check the history against (default: <bank>.heads when it exists)")
     p.add_argument("--deep", action="store_true", help="also re-parse every body through its typed record")
-    _command(group, "head", bank_head, "agent bank head > heads-copy.jsonl",
+    _command(group, "head", cmd_head, "agent bank head > heads-copy.jsonl",
              "print the current head of the library chain and of every episode's journal")
-    _command(group, "consolidate", bank_consolidate, "agent bank consolidate --episode E1",
+    _command(group, "consolidate", cmd_consolidate, "agent bank consolidate --episode E1",
              "build the next library version from a finished episode", writes=True).add_argument("--episode", required=True)

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 
 from experience_bank.errors import BadInput
+from experience_bank.runcache import RunCache, default_root
 
 EXAMPLES = """examples:
   agent cache ls
@@ -40,8 +41,6 @@ def register(sub) -> None:
 
 
 def _cache():
-    from experience_bank.runcache import RunCache, default_root  # noqa: PLC0415
-
     return RunCache(default_root())
 
 

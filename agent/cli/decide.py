@@ -10,6 +10,8 @@ Examples:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from agent.inputs import check_bank_file, jsonl_lines, read_text
 from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
-from experience_bank.records import Grade, Ident, Nu, parse_model
+from experience_bank.records import CurrentContext, Decision, Grade, Ident, Nu, parse_model
+from policies import EpisodeState, PolicyConfig, authorize, decide, features_from_row, next_state
 
 
 
@@ -114,14 +117,15 @@ def _rows(path: str) -> list[dict]:
     return rows
 
 
-def _features(args) -> list:
-    from experience_bank.bank import Bank
-    from experience_bank.records import CurrentContext
-    from policies import compile, features_from_row
+def _deciders(args) -> list[Callable[[EpisodeState, PolicyConfig], Decision]]:
+    """One decision function per candidate, in input order: a features row is authorized as
+    given; a library record goes through policies.decide, which compiles it the way the policy
+    needs (applicability or not, the config's discounts) and authorizes it."""
+    from experience_bank.bank import Bank  # noqa: PLC0415 (sqlite_utils)
     if args.features:
         if args.bank or args.context:
             raise BadInput("give either --features or --bank with --context, not both")
-        return [features_from_row(row) for row in _rows(args.features)]
+        return [partial(authorize, features_from_row(row), args.policy) for row in _rows(args.features)]
     if not (args.bank and args.context):
         raise BadInput("give --bank BANK and an existing --context CTX.json (or --features FILE)")
     text = read_text(args.context, "context file")
@@ -132,17 +136,16 @@ def _features(args) -> list:
     check_bank_file(args.bank)
     bank = Bank.open(args.bank)
     try:
-        return [compile(e.record, ctx, use_applicability=args.policy != "no_applicability", conflicted=e.conflicted)
-                for e in bank.library_records()]
+        return [partial(decide, e.record, ctx, args.policy, conflicted=e.conflicted) for e in bank.library_records()]
     finally:
         bank.close()
 
 
 def cmd_authorize(args) -> int:
-    from policies import EpisodeState, PolicyConfig, authorize, next_state
     config, state = PolicyConfig(), EpisodeState()
-    for f in _features(args):  # one episode's worth: the quota is spent in input order
-        d = authorize(f, args.policy, state, config)
+    for decision_of in _deciders(args):  # one episode's worth: the quota is spent in input order
+        d = decision_of(state, config)
+        f = d.features
         state = next_state(state, d)
         row = {"id": d.candidate_id, "S": f.S, "A": f.A, "Q": f.Q, "H": f.H, "action": d.action, "rule": d.rule,
                "decision_hash": d.decision_hash}
@@ -152,7 +155,7 @@ def cmd_authorize(args) -> int:
 
 def _check_ledger_files(path: str) -> None:
     """Every file `audit` reads is UTF-8 JSONL of objects (the ledger at least one line)."""
-    from policies.audit import _ledger_paths  # the one owner of where an episode keeps them
+    from policies.audit import _ledger_paths  # the one owner of where an episode keeps them  # noqa: PLC0415 (numpy)
 
     ledger, outcomes = _ledger_paths(path)
     jsonl_lines(ledger, "decision ledger")
@@ -161,7 +164,7 @@ def _check_ledger_files(path: str) -> None:
 
 
 def cmd_audit(args) -> int:
-    from policies.audit import audit
+    from policies.audit import audit  # noqa: PLC0415 (numpy)
     _check_ledger_files(args.path)
     report = audit(args.path)
     if args.json:
@@ -186,21 +189,21 @@ def _pct(x: float | None) -> str:
 
 
 def cmd_replay(args) -> int:
-    from policies.replay import replay_retrospective, replay_run
-    from policies.audit import DECISIONS_FILE
+    from policies.replay import replay_retrospective, replay_run  # noqa: PLC0415 (numpy)
+    from policies.audit import DECISIONS_FILE  # noqa: PLC0415 (numpy)
 
     if args.target != "retrospective-24" and Path(args.target, DECISIONS_FILE).is_file():
         _check_ledger_files(args.target)
     report = replay_retrospective() if args.target == "retrospective-24" else replay_run(args.target)
     if args.out:
-        from policies.replay import write_report
+        from policies.replay import write_report  # noqa: PLC0415 (numpy)
         report["written"] = write_report(report, args.out)
     print(json.dumps(report, indent=1) if args.json else _summary(report))
     return 0 if report.get("audit", {}).get("ok", True) else 1
 
 
 def _summary(report: dict) -> str:
-    from policies.replay import audit_table
+    from policies.replay import audit_table  # noqa: PLC0415 (numpy)
     lines = [f"replay of {report['name']}"]
     if "note" in report:
         lines.append(report["note"])

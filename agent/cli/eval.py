@@ -14,6 +14,8 @@ from pathlib import Path
 
 from agent.inputs import check_model_dir, check_out_dir
 from experience_bank.errors import BadInput
+from evaluators import loaders
+from evaluators.tasks import SPLITS, TASKS
 
 
 def check_inputs(args) -> None:
@@ -32,8 +34,8 @@ def check_inputs(args) -> None:
         check_out_dir(args.out)
 
 
-def eval_cmd(args) -> int:
-    from evaluators import evaluate, loaders  # heavy imports only when the command runs
+def cmd_eval(args) -> int:
+    from evaluators import evaluate  # noqa: PLC0415 (torch and transformers, only when the command runs)
 
     check_inputs(args)
     items = {args.suite: loaders.for_suite(args.suite, args.data, args.split, args.n)} if args.data else None
@@ -62,8 +64,6 @@ def eval_cmd(args) -> int:
 
 def register(sub) -> None:
     """Add `agent eval` to the `agent` parser."""
-    from evaluators.tasks import SPLITS, TASKS
-
     p = sub.add_parser("eval", help="score a model on one suite split",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="local HF model folder (safetensors), or a served model name")
@@ -78,4 +78,4 @@ def register(sub) -> None:
                    help="real data instead of the world's items: TAT-QA json (finance), BIRD dev folder (sql), "
                         "BFCL category e.g. simple_python (function), input_data.jsonl or `shipped` (ifeval)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=eval_cmd)
+    p.set_defaults(func=cmd_eval)

@@ -17,6 +17,15 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 
 from experience_bank.families import FAMILIES
+import argparse
+import evaluators
+from agent.config import build_config
+from agent.inputs import check_model_dir
+from evaluators.forgetting import retention_summary
+from evaluators.heatmap import write_heatmap
+from evaluators.tasks import TASKS
+from experience_bank.records import parse_model
+from experience_bank.results import TrainResult
 
 GATE_EXAMPLE = """example:
   agent gate --initial models/base --parent models/base --child runs/E1/s0/train \\
@@ -54,8 +63,6 @@ def register(sub) -> None:
 
 
 def _raw():
-    import argparse
-
     return argparse.RawDescriptionHelpFormatter
 
 
@@ -64,7 +71,7 @@ def _raw():
 
 def gate_config_for(run):
     """The gate's frozen config from a RunConfig (policies.gate.uniform_gate_config owns the rule)."""
-    from policies.gate import uniform_gate_config
+    from policies.gate import uniform_gate_config  # noqa: PLC0415 (numpy)
 
     return uniform_gate_config(ifeval_max_drop_pp=run.gate_ifeval_drop_pp, min_gain_pp=run.gate_min_gain_pp,
                                kappa_pp=run.gate_kappa_pp, alpha=run.gate_alpha)
@@ -91,8 +98,6 @@ def family_targets(target: str, extra: list[str]) -> dict[str, str]:
 
 def _model_dir(path: str) -> str:
     """A loadable local model folder (agent.inputs.check_model_dir), checked before anything is written."""
-    from agent.inputs import check_model_dir
-
     if not Path(path).is_dir():
         raise BadInput(f"model directory {path} not found: pass a local model folder")
     check_model_dir(path, "--model")
@@ -101,8 +106,6 @@ def _model_dir(path: str) -> str:
 
 def evaluate_model(path: str, suites: list[str], split: str, out: str) -> dict:
     """Evaluate (or reuse the stored generations of) one model on `suites`."""
-    import evaluators
-
     key = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
     return evaluators.evaluate(_model_dir(path), sorted(set(suites)), split, out_dir=str(Path(out) / key))
 
@@ -110,8 +113,6 @@ def evaluate_model(path: str, suites: list[str], split: str, out: str) -> dict:
 def _sanity(path: str | None) -> tuple:
     if path is None:
         return ()
-    from experience_bank.records import parse_model
-    from experience_bank.results import TrainResult
 
     if not Path(path).is_file():
         raise BadInput(f"train result {path} not found: pass the TrainResult JSON the train command wrote")
@@ -122,9 +123,7 @@ def _sanity(path: str | None) -> tuple:
 
 
 def cmd_gate(args) -> int:
-    import evaluators
-    from agent.config import build_config
-    from policies.gate import gate
+    from policies.gate import gate  # noqa: PLC0415 (numpy)
 
     config = gate_config_for(build_config(args.config))
     targets = family_targets(args.target, args.family_target)
@@ -150,8 +149,7 @@ def cmd_gate(args) -> int:
 
 def profile_report(base: dict, model: dict, specs: tuple) -> dict:
     """CapTrack profile + paired retention as plain JSON (what `agent profile --json` prints)."""
-    from evaluators.forgetting import retention_summary
-    from policies.gate import captrack_profile
+    from policies.gate import captrack_profile  # noqa: PLC0415 (numpy)
 
     prof = captrack_profile(base, model, specs)
     paired = [s for s in sorted(set(base) & set(model)) if base[s].items and model[s].items]
@@ -168,10 +166,6 @@ def heatmap_column(report: dict) -> dict[str, float | None]:
 
 
 def cmd_profile(args) -> int:
-    import evaluators
-    from evaluators.heatmap import write_heatmap
-    from evaluators.tasks import TASKS
-
     specs = tuple(evaluators.metric_specs())
     _model_dir(args.base), _model_dir(args.model)
     base = evaluate_model(args.base, list(TASKS), args.split, args.out)

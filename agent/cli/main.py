@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from experience_bank.errors import BadInput, write_fault
+from importlib.metadata import version
 
 COMMAND_MODULES = (
     "agent.cli.bank",      # bank init/import/export/list/show/verify/consolidate
@@ -58,8 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import version  # noqa: PLC0415
-
     return version("posttrain-agent")
 
 

@@ -7,6 +7,10 @@ import os
 from pathlib import Path
 
 from experience_bank.errors import BadInput
+from agent.config import build_config
+from agent.experiments.executor import session, task_resources
+from agent.world.factory import check_cached_world
+from policies import POLICIES
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 """The five of the published comparison (docs/results/compare-default.md)."""
@@ -58,7 +62,6 @@ def _no_cache(args) -> None:
 
 def cmd_compare(args) -> int:
     from agent.experiments.compare import compare  # noqa: PLC0415
-    from policies import POLICIES  # noqa: PLC0415
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -71,12 +74,8 @@ def cmd_compare(args) -> int:
     if args.episode_budget:
         from trainers.ledger import parse_budget  # noqa: PLC0415
         parse_budget(args.episode_budget)  # BadInput before any episode starts
-    from agent.config import build_config  # noqa: PLC0415
-    from agent.experiments.executor import session, task_resources  # noqa: PLC0415
 
     cfg = build_config(args.config)
-    from agent.world.interface import check_cached_world  # noqa: PLC0415
-
     check_cached_world(cfg)
     resources = task_resources(cfg)  # what one episode holds on a Ray worker
     _no_cache(args)
@@ -84,7 +83,7 @@ def cmd_compare(args) -> int:
         summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
                           config=args.config, n_jobs=args.jobs, executor=executor)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
-    from agent.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
+    from agent.views.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
 
     log_comparison(Path(args.out))
     for name, s in summary["policies"].items():
@@ -98,7 +97,6 @@ def cmd_compare(args) -> int:
 def cmd_retrospective(args) -> int:
     if not args.execute:
         raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
-    from agent.experiments.executor import session  # noqa: PLC0415
     from agent.experiments.retrospective import cell_resources, retrospective  # noqa: PLC0415
 
     _no_cache(args)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+from agent.config import FLAG_KEYS, build_config
+from agent.inputs import check_out_dir
 
 EXAMPLES = """examples:
   agent run --episode-budget 36gpuh
@@ -37,11 +40,7 @@ def register(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    import os
-
-    from agent.config import FLAG_KEYS, build_config
-    from agent.inputs import check_out_dir
-    from agent.episode import run_episode
+    from agent.loop.episode import run_episode  # noqa: PLC0415 (numpy)
 
     cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
     if cfg.out and not args.resume:

@@ -1,8 +1,8 @@
 """`agent runs ls`: the episodes under a runs folder, their state, policy, spend and promotions.
 
 State, from what the run directory holds:
-- running: a live process holds its lock (agent/runlock.py);
-- finished: its report exists (the report is the loop's last node: agent.experiments.compare.finished);
+- running: a live process holds its lock (agent/run/runlock.py);
+- finished: its report exists (the report is the loop's last node: agent.run.rundir.RunDir.finished);
 - killed: neither, but its manifest is frozen: `agent run --resume ID` finishes it;
 - unreadable: a damaged manifest, pointer or ledger (the row names the error).
 A folder without a manifest is not an episode and is not listed.
@@ -14,9 +14,10 @@ import argparse
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from experience_bank.errors import BadInput
 
 if TYPE_CHECKING:  # imported inside the commands: RunDir pulls in the audit (scipy), `agent --help` stays fast
-    from agent.rundir import RunDir
+    from agent.run.rundir import RunDir
 
 EXAMPLES = """examples:
   agent runs ls
@@ -36,18 +37,17 @@ def register(sub) -> None:
 
 
 def episode_state(rd: RunDir) -> str:
-    from agent.experiments.compare import finished  # noqa: PLC0415
-    from agent.runlock import running  # noqa: PLC0415
+    from agent.run.runlock import running  # noqa: PLC0415
 
     if running(rd.path):
         return "running"
-    return "finished" if finished(rd.path) else "killed"
+    return "finished" if rd.finished() else "killed"
 
 
 def describe(run_dir: Path) -> dict[str, Any]:
     """One episode's row: its manifest (hash-checked), parent pointer and ledger, through RunDir."""
-    from agent.promotion import read_pointer  # noqa: PLC0415
-    from agent.rundir import RunDir  # noqa: PLC0415
+    from agent.run.promotion import read_pointer  # noqa: PLC0415
+    from agent.run.rundir import RunDir  # noqa: PLC0415
 
     rd = RunDir(run_dir)
     manifest = rd.manifest()
@@ -66,8 +66,7 @@ def describe(run_dir: Path) -> dict[str, Any]:
 
 def list_runs(folder: Path) -> list[dict[str, Any]]:
     """Every episode directly under `folder`, oldest first (by manifest time)."""
-    from agent.rundir import RunDir  # noqa: PLC0415
-    from experience_bank.errors import BadInput  # noqa: PLC0415
+    from agent.run.rundir import RunDir  # noqa: PLC0415
 
     if not folder.is_dir():
         raise BadInput(f"runs folder {folder} not found: pass --runs DIR (the folder that holds runs/ID directories)")
@@ -77,8 +76,6 @@ def list_runs(folder: Path) -> list[dict[str, Any]]:
 
 def _row(run_dir: Path) -> dict[str, Any]:
     """describe(), or a row that names what is damaged: one bad run must not hide the others."""
-    from experience_bank.errors import BadInput  # noqa: PLC0415
-
     try:
         return describe(run_dir)
     except (BadInput, OSError, ValueError, KeyError) as exc:

@@ -20,6 +20,8 @@ from pathlib import Path
 from agent.inputs import check_model_dir, check_out_dir, read_jsonl, read_text
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard, parse_model
+from agent.world.examples import card_examples, card_rewards, parent_generator
+from trainers.data import build_examples
 
 
 def register(sub) -> None:
@@ -39,7 +41,7 @@ def register(sub) -> None:
     p.add_argument("--examples", default=None, metavar="ROWS.jsonl",
                    help="the exact training rows (as the loop writes them for `launcher: accelerate`)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_train)
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -79,10 +81,8 @@ def check_inputs(args) -> CandidateCard:
     return card
 
 
-def run(args) -> int:
-    from agent.world.examples import card_examples, card_rewards, parent_generator
-    from trainers.data import build_examples
-    from trainers.run import train
+def cmd_train(args) -> int:
+    from trainers.run import train  # noqa: PLC0415 (torch)
 
     card = check_inputs(args)
     if args.examples:  # rows already built by the loop (trainers/launch.py)

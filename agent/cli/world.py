@@ -12,6 +12,11 @@ import json
 import time
 
 from agent.progress import bar
+import os
+from agent.config import build_config
+from agent.world.embedded import ensure_world
+from agent.world.factory import seed_cards, world_for
+from experience_bank.errors import BadInput
 
 SIZES = ("test", "default", "smol")
 
@@ -44,8 +49,6 @@ def register(sub) -> None:
 
 
 def cmd_build(args) -> int:
-    from agent.world.embedded import ensure_world
-
     t0 = time.monotonic()
     with bar(f"world {args.size}") as progress:
         world = ensure_world(args.size, progress=progress, threads=args.threads)
@@ -59,20 +62,15 @@ def cmd_build(args) -> int:
 
 
 def cmd_seed_bank(args) -> int:
-    from agent.world.seed_bank import build_seed_bank
-    from agent.world.embedded import ensure_world
+    from agent.world.seed_bank import build_seed_bank  # noqa: PLC0415 (sqlite_utils)
 
-    from experience_bank.errors import BadInput
 
     if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)
-        import os
 
         os.environ["AGENT_NO_CACHE"] = "1"
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()
     if args.config:  # the world the config names (embedded or local: agent.world.interface)
-        from agent.config import build_config
-        from agent.world.interface import seed_cards, world_for
 
         cfg = build_config(args.config)
         args.bank, cards = args.bank or cfg.bank, cards or seed_cards(cfg)

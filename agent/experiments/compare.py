@@ -7,8 +7,8 @@ episode's consolidation leaks into another's), the same config and the same budg
 manifest (`pairing` in compare.json) rather than assumed.
 
 Three layers, so the statistics are testable without running a model:
-- `read_episode(run_dir)` reads what an episode recorded (manifest.json, outcomes.jsonl,
-  steps/*/verdict.json, evals/<sha16>-adoption/results.json) into a plain `EpisodeResult`;
+- `read_episode(run_dir)` (agent/experiments/episodes.py) reads what an episode recorded (its
+  manifest, its bank's events, verdicts and evaluations, through RunDir) into an EpisodeResult;
 - `summarise(episodes)` is pure aggregation (per policy, per pair of policies);
 - `run_jobs(...)` runs the episodes as `agent run` subprocesses through an executor
   (agent/experiments/executor.py: threads of this machine, or Ray tasks on a cluster), each
@@ -16,7 +16,7 @@ Three layers, so the statistics are testable without running a model:
   and reported, never retried silently, and it cannot touch another job's files).
 
 What "endpoint" means here: the final parent's scores on the held-out *test* split, which
-`agent run` evaluates once at the end of every episode (agent.nodes.endpoint; no gate or
+`agent run` evaluates once at the end of every episode (agent.loop.nodes.endpoint; no gate or
 policy read it). The adoption-split figure, which the gate selected on and so is optimistic,
 is kept beside it (`endpoint_adoption`).
 """
@@ -34,102 +34,24 @@ from pathlib import Path
 from typing import Any
 
 from policies.stats import paired_t_interval, sign_flip_test
-from experience_bank.families import family_targets
+from agent.experiments.compare_output import write_outputs
+from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, adoption_metrics, endpoint_mean,
+                                        read_episode)
 from agent.experiments.executor import Executor, Job, LocalExecutor
-from agent.rundir import RunDir
-
-"""Primary metric of each target task (evaluators/scoring/suites.py)."""
-IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
-PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "initial.sha256")
-"""Manifest values that must agree across the policies of one seed."""
+from agent.run.rundir import RunDir
 
 
-# --- reading one episode -------------------------------------------------------------------
 
 
-def _adoption_metrics(run: RunDir, sha: str, split: str = "adoption") -> dict[str, float]:
-    """Flat `suite.metric` values of one model's evaluation on a split ({} when not recorded)."""
-    if not run.has_evaluation(sha, split):
-        return {}
-    return {f"{s}.{k}": v for s, r in run.evaluation(sha, split).items() for k, v in r.metrics.items()
-            if v is not None}
 
 
-def _events(manifest) -> list[dict]:
-    """The episode's executed events, from its own bank's hash-chained history (the run
-    directory's outcomes.jsonl holds audit outcome cells, not events)."""
-    from experience_bank.bank import Bank
-
-    with Bank.open(manifest.config["bank"]) as bank:
-        return [e.model_dump(mode="json") for e in bank.events(manifest.episode_id)]
 
 
-def _manifest_value(manifest, dotted: str) -> Any:
-    value: Any = manifest.model_dump(mode="json")
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
-def _targets(metrics: dict[str, float]) -> dict[str, float]:
-    return {fam: metrics[key] for fam, key in family_targets().items() if key in metrics}
 
 
-def _authorized(event: dict) -> bool:
-    """A full run was authorized: it ran, or the decision allowed it and only the budget refused it."""
-    return event["full_run"] in ("ran", "refused")
-
-
-def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> dict[str, Any]:
-    """The recorded results of one finished episode as a plain EpisodeResult dict.
-
-    An episode that ran no full run never scored its initial parent on adoption (only the gate
-    does); `initial_adoption` then supplies those scores, read from a paired episode that did
-    (the same weights on the same items: see `collect`)."""
-    run = RunDir(run_dir)
-    manifest = run.manifest()
-    events = sorted(_events(manifest), key=lambda e: e["seq"])
-    parent = _adoption_metrics(run, manifest.initial.sha256) or dict(initial_adoption or {})
-    initial, final_sha = dict(parent), manifest.initial.sha256
-    hours, trajectory = 0.0, [[0.0, _targets(parent)]]
-    for e in events:
-        hours += e["cost_device_hours"]
-        if e["outcome"] == "promoted":
-            final_sha = run.verdict(e["decision"]["decision_hash"]).child_sha256
-            parent = _adoption_metrics(run, final_sha)
-        trajectory.append([round(hours, 9), _targets(parent)])
-    from agent.nodes import ENDPOINT_SPLIT  # noqa: PLC0415 (the loop owns which split the endpoint is)
-
-    test = _adoption_metrics(run, final_sha, ENDPOINT_SPLIT)
-    if not test:
-        raise ValueError(f"{run_dir}: the final parent {final_sha[:12]} has no {ENDPOINT_SPLIT}-split evaluation "
-                         "(an episode finished before the endpoint existed): run it again")
-    return {
-        "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
-        "families": sorted(_targets(test)), "initial_sha256": manifest.initial.sha256,
-        "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
-        "endpoint": _targets(test), "endpoint_adoption": _targets(parent), "initial": _targets(initial),
-        "ifeval": {k: test.get(k) for k in IFEVAL_METRICS}, "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
-        "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
-        "promotions": sum(e["outcome"] == "promoted" for e in events),
-        "authorizations": sum(_authorized(e) for e in events),
-        "decisions": len(events),
-        "wasted_h": round(sum(e["cost_device_hours"] for e in events if e["outcome"] != "promoted"), 9),
-        "spent_h": round(hours, 9), "trajectory": trajectory, "cache": _cache_use(run, manifest.episode_id),
-    }
-
-
-def _cache_use(run: RunDir, episode_id: str) -> dict[str, Any]:
-    """Charges the run cache served (of all the episode's charges) and the wall-clock they had
-    cost when they ran: the seconds this episode did not spend."""
-    from trainers.ledger import Ledger  # noqa: PLC0415
-
-    rows = Ledger(str(run.ledger_file)).charges(episode_id) if run.ledger_file.is_file() else []
-    served = [r for r in rows if r.get("cached")]
-    return {"hits": len(served), "charges": len(rows), "saved_s": round(sum(r["wall_seconds"] for r in served), 3)}
-
-
-def cache_summary(episodes: list[dict]) -> dict[str, Any]:
+def cache_summary(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Hit ratio and wall-clock saved over the finished episodes."""
     uses = [e["cache"] for e in episodes if e.get("status") == "done" and "cache" in e]
     hits, charges = sum(u["hits"] for u in uses), sum(u["charges"] for u in uses)
@@ -151,14 +73,9 @@ def _sd(xs: list[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def endpoint_mean(ep: dict, field: str = "endpoint") -> float | None:
-    """Mean over the target capabilities of the final parent on the test split (`field`
-    "endpoint_adoption": on the adoption split); None if any is missing."""
-    vals = [ep[field].get(f) for f in ep["families"]]
-    return None if not vals or None in vals else sum(vals) / len(vals)
 
 
-def trajectory_auc(ep: dict) -> float | None:
+def trajectory_auc(ep: EpisodeResult) -> float | None:
     """Time-average of the endpoint mean over the budget: the area under the step function
     score(device-hours spent), held after the last event up to the budget, divided by the span."""
     span = max(ep["budget_h"], ep["trajectory"][-1][0])
@@ -169,7 +86,7 @@ def trajectory_auc(ep: dict) -> float | None:
     return area / span
 
 
-def _policy_summary(eps: list[dict], families: list[str]) -> dict[str, Any]:
+def _policy_summary(eps: list[EpisodeResult], families: list[str]) -> dict[str, Any]:
     def col(fn) -> list[float]:
         return [v for v in (fn(e) for e in eps) if v is not None]
 
@@ -193,7 +110,7 @@ def _policy_summary(eps: list[dict], families: list[str]) -> dict[str, Any]:
     }
 
 
-def _pair(a: str, b: str, by_seed: dict[str, dict[int, dict]], metric) -> dict[str, Any]:
+def _pair(a: str, b: str, by_seed: dict[str, dict[int, EpisodeResult]], metric) -> dict[str, Any]:
     seeds = sorted(s for s in set(by_seed[a]) & set(by_seed[b])
                    if metric(by_seed[a][s]) is not None and metric(by_seed[b][s]) is not None)
     xa, xb = [metric(by_seed[a][s]) for s in seeds], [metric(by_seed[b][s]) for s in seeds]
@@ -211,7 +128,7 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int, dict]], metric) -> dict[s
     return out
 
 
-def summarise(episodes: list[dict]) -> dict[str, Any]:
+def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Per policy and per pair of policies, over finished episodes (failed ones are listed apart)."""
     ok = [e for e in episodes if e["status"] == "done"]
     failed = [{k: e[k] for k in ("policy", "seed", "status", "error") if k in e} for e in episodes if e["status"] != "done"]
@@ -228,7 +145,7 @@ def summarise(episodes: list[dict]) -> dict[str, Any]:
             "cache": cache_summary(ok)}
 
 
-def pairing_check(episodes: list[dict]) -> dict[str, Any]:
+def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Per seed, the manifest values that differ across policies (empty = properly paired)."""
     problems: dict[str, Any] = {}
     for seed in sorted({e["seed"] for e in episodes}):
@@ -260,11 +177,6 @@ def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, confi
     return argv
 
 
-def finished(run_dir: Path) -> bool:
-    """The report is the loop's last node: its file marks a finished episode."""
-    return (run_dir / "report.md").exists()
-
-
 def _tail(path: Path, n: int = 2000) -> str:
     return path.read_text(encoding="utf-8", errors="replace")[-n:] if path.exists() else ""
 
@@ -274,7 +186,7 @@ def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any
     name = job_name(policy, seed)
     run_dir, log = out / "episodes" / name, out / "logs" / f"{name}.log"
     status: dict[str, Any] = {"policy": policy, "seed": seed, "run_dir": str(run_dir), "argv": argv}
-    if finished(run_dir):
+    if RunDir(run_dir).finished():
         return status | {"status": "done", "skipped": True}
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -283,7 +195,7 @@ def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any
         f.flush()
         rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
     status |= {"rc": rc, "wall_s": round(time.monotonic() - start, 3), "skipped": False}
-    if rc == 0 and finished(run_dir):
+    if rc == 0 and RunDir(run_dir).finished():
         status["status"] = "done"
     else:
         status |= {"status": "failed", "error": f"exit {rc}; log {log}: {_tail(log, 400)}"}
@@ -323,7 +235,7 @@ def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any
     scores: dict[str, dict[str, float]] = {}
     for e in episodes:
         if e["status"] == "done" and e["initial"]:
-            flat = _adoption_metrics(RunDir(Path(e["run_dir"])), e["initial_sha256"])
+            flat = adoption_metrics(RunDir(Path(e["run_dir"])), e["initial_sha256"])
             if scores.setdefault(e["initial_sha256"], flat) != flat:
                 raise ValueError(f"two episodes scored the initial parent {e['initial_sha256'][:12]} differently on "
                                  "adoption: their evaluators or items differ, so they are not paired")
@@ -349,7 +261,5 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
             "executor": executor.name, "wall_s": time.monotonic() - start}
-    from agent.experiments.compare_output import write_outputs  # noqa: PLC0415 (it reads this module's rules)
-
     write_outputs(out, summary, episodes, meta)
     return summary

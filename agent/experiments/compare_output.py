@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agent.experiments.compare import IFEVAL_METRICS, PAIRING_KEYS, endpoint_mean
+from agent.experiments.episodes import IFEVAL_METRICS, PAIRING_KEYS, endpoint_mean
 
 
 def _f(v: Any, nd: int = 2) -> str:

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from experience_bank.files import write_atomic
+from experience_bank.records import Features
+from policies.features import compatibility_summary
 
 
 def summary_doc(out: Path) -> dict[str, Any]:
     """The whole summary of a table directory (audit included where its ledger verifies)."""
-    from experience_bank.records import Features  # noqa: PLC0415
-    from policies.features import compatibility_summary  # noqa: PLC0415
     from policies.replay import replay_retrospective, replay_run  # noqa: PLC0415
 
     ledger = json.loads((out / "ledger.json").read_text(encoding="utf-8"))

@@ -32,7 +32,6 @@ the files are the same whichever executor ran them.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import statistics
 from collections.abc import Callable
@@ -42,17 +41,30 @@ from typing import Any, Protocol
 
 from experience_bank.errors import BadInput
 from experience_bank.families import PRIMARY_METRIC
-from experience_bank.files import write_atomic
+from experience_bank.files import once, write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies import outcomes
 from policies.stats import clopper_pearson, spearman
 from agent.config import RunConfig
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
+from agent.experiments.retro_summary import write_summary
+from agent.world.catalogue import catalogue, catalogue_sha256
+from agent.world.controls import control_card, control_key
+from agent.world.embedded import ensure_world
+from agent.world.records import current_context
+from agent.world.runner import CardRunner
+from policies import EpisodeState, PolicyConfig, compile as compile_features
+from policies.authorize import decide
+from agent.world.seed_bank import seed_records
+from policies.audit import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
+from trainers.trial import TrialThresholds, verdict
 
 FRACTIONS = (0.05, 0.10, 0.20)
-MIN_EFFECT_PP = 1.0
-"""Smallest target change that counts as a direction (RunConfig.gate_min_gain_pp)."""
-IFEVAL_DROP_PP = 2.0
+DEFAULTS = RunConfig()
+"""The table's thresholds are the run config's defaults, read from their one owner."""
+MIN_EFFECT_PP = DEFAULTS.gate_min_gain_pp
+"""Smallest target change that counts as a direction."""
+IFEVAL_DROP_PP = DEFAULTS.gate_ifeval_drop_pp
 """IFEval strict accuracies may not fall more than this (docs/AUTHORIZER.md §6)."""
 IFEVAL = ("prompt_strict", "inst_strict")
 EVAL_N = {"test": {"validation": (16, 8), "adoption": (16, 8)},
@@ -152,21 +164,11 @@ class CellPorts(Protocol):
 
 
 def _once(path: Path, compute: Callable[[], dict]) -> dict:
-    """A cached step of a cell: read back when present, else computed and written atomically.
-
-    Single flight: the step's lock file is held (flock) from the check to the write, so when two
-    cells run at once (Ray workers, threads) and need the same matched control, one trains it
-    while the other waits and then reads it; without the lock both would train into the same
-    directory. Each cell holds at most its own cell.json lock and one step's lock, so no two cells
-    wait on each other in a cycle. Across machines this needs a filesystem where flock works."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f"{path.name}.lock", "a", encoding="utf-8") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes, or its process dies
-        if path.exists():
-            return json.loads(path.read_text(encoding="utf-8"))
-        value = compute()
-        write_atomic(path, canonical_json(value))
-        return value
+    """A cached step of a cell, single flight: when two cells run at once (Ray workers, threads)
+    and need the same matched control, one trains it while the other waits and then reads it;
+    without the lock both would train into the same directory. Each cell holds at most its own
+    cell.json lock and one step's lock, so no two cells wait on each other in a cycle."""
+    return once(path, compute, dump=canonical_json, load=json.loads, single_flight=True)
 
 
 def _effect(child: dict[str, float], control: dict[str, float]) -> dict[str, Any]:
@@ -187,8 +189,6 @@ def _run(ports: CellPorts, card: Any, cell: Path, parent: str, fraction: float, 
 def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str, fraction: float, seed: int,
                    family: str, split: str, root: Path) -> dict[str, float]:
     """The matched control's scores: trained once per control_key, evaluated once per family and split."""
-    from agent.world.controls import control_key  # noqa: PLC0415
-
     key_dir = root / control_key(control, parent, seed, fraction)
     run = _once(key_dir / "run.json", lambda: ports.train(control, parent_dir, fraction, seed, str(key_dir / "run")))
     return _once(key_dir / f"{family}-{split}.json",
@@ -198,8 +198,6 @@ def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str,
 def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int, *, control: Any, parent: Any,
              controls_dir: Path) -> dict[str, Any]:
     """Short runs, the full run and their matched controls for one candidate; cached step by step."""
-    from trainers.trial import TrialThresholds, verdict  # noqa: PLC0415
-
     controls: dict[str, dict[str, float]] = {}  # fraction -> the matched control's scores
 
     def ctrl(fraction: float, split: str) -> dict[str, float]:
@@ -217,7 +215,8 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
                                                                 "sanity_failures": full_run["sanity_failures"]}
     t = short["0.20"]
     v, reasons = verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (),
-                         TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=IFEVAL_DROP_PP),
+                         TrialThresholds(min_gain_pp=DEFAULTS.trial_min_gain_pp, fail_drop_pp=DEFAULTS.trial_fail_drop_pp,
+                                         retention_drop_pp=IFEVAL_DROP_PP),
                          train_failures=t["sanity_failures"])
     cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
     return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
@@ -240,8 +239,6 @@ def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
 
 def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
     """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
-    from policies.audit import OUTCOMES_FILE, OutcomeCell  # noqa: PLC0415
-
     lines = [OutcomeCell(
         candidate_id=c["id"], decision_hash=decision_hashes[c["id"]], outcome=c["outcome_class"],
         family=c["family"], method=c["method"],
@@ -257,10 +254,6 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
 def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[str, str]:
     """decisions.jsonl (policies/audit.py's chained ledger): BCIT's decision per cell from a fresh
     episode state, with the record and context, written once before any outcome; returns the hashes."""
-    from policies import EpisodeState, PolicyConfig  # noqa: PLC0415
-    from policies.audit import write_ledger_entry  # noqa: PLC0415
-    from policies.authorize import decide  # noqa: PLC0415
-
     path, cfg, hashes = out / "decisions.jsonl", PolicyConfig(), {}
     fresh = not path.exists()
     for card, record in cells:
@@ -308,25 +301,17 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
 
 
 class WorldPorts:
-    """Real runs: trainers.train and evaluators.evaluate on the embedded world."""
+    """Real runs on a world, through its card runner (agent/world/runner.py)."""
 
     def __init__(self, world: Any):
-        from experience_bank.runcache import from_env  # noqa: PLC0415
-
         self.world = world
         self.sizes = EVAL_N[world.size]
-        self.cache = from_env()  # shared with episodes and the seed bank; None under --no-cache
+        self.runner = CardRunner(world)  # its run cache is shared with episodes and the seed bank
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
-        from evaluators import evaluate  # noqa: PLC0415
-
-        from agent.world.interface import suite_items  # noqa: PLC0415
-
-        w, (n, n_ifeval) = self.world, self.sizes[split]
-        target = evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n,
-                          seed=w.seed, items=suite_items(w, [f"{family}/target"], split, n), cache=self.cache)
-        ife = evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval,
-                       seed=w.seed, items=suite_items(w, ["ifeval"], split, n_ifeval), cache=self.cache)["ifeval"]
+        n, n_ifeval = self.sizes[split]
+        target = self.runner.evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n)
+        ife = self.runner.evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval)["ifeval"]
         key = PRIMARY_METRIC[family]
         values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
         unknown = [k for k, v in values.items() if v is None]
@@ -335,32 +320,20 @@ class WorldPorts:
         return values
 
     def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
-        import trainers  # noqa: PLC0415
-        from agent.world.controls import control_examples, is_control  # noqa: PLC0415
-        from agent.world.examples import card_examples, card_rewards, parent_generator  # noqa: PLC0415
-
-        generate = parent_generator(parent_dir, seed=seed)
-        rows = (control_examples(card, self.world, seed, generate) if is_control(card)
-                else card_examples(card, self.world, seed, generate=generate))
-        result = trainers.train(card, parent_dir, rows, out_dir=out_dir,
-                                run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}", fraction=fraction, seed=seed,
-                                reward_funcs=card_rewards(card), cache=self.cache)
+        result = self.runner.train(card, parent_dir, out_dir=out_dir, run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}",
+                                   seed=seed, fraction=fraction)
         return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
                 "sanity_failures": [s.name for s in result.sanity if not s.ok]}
 
 
 def base_context(world: Any) -> Any:
     """x_t of every cell: the world's base model at stage 0, everything the world provides."""
-    from agent.world.interface import current_context  # noqa: PLC0415
-
     return current_context(world, world.model, 0)
 
 
 def embedded_ports(size: str) -> WorldPorts:
     """The ports of the embedded world of `size`, built where they are called (a Ray worker reads
     the world from its $AGENT_CACHE, or builds it when that cache lacks it)."""
-    from agent.world.embedded import ensure_world  # noqa: PLC0415
-
     return WorldPorts(ensure_world(size))
 
 
@@ -371,12 +344,6 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
     None: the embedded world of `size`, which each worker builds its own ports for."""
-    from agent.world.catalogue import catalogue, catalogue_sha256  # noqa: PLC0415
-    from agent.world.controls import control_card  # noqa: PLC0415
-    from agent.world.seed_bank import seed_records  # noqa: PLC0415
-    from agent.world.embedded import ensure_world  # noqa: PLC0415
-    from policies import compile as compile_features  # noqa: PLC0415
-
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None else partial(embedded_ports, size))
     world = world if world is not None else ensure_world(size)
     cards = list(catalogue(world))[:n_cells]
@@ -394,7 +361,6 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
     result = run_table(out, cards, make_ports, world.base_dir, seed, features, hashes,
                        controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor)
-    from agent.experiments.retro_summary import write_summary  # noqa: PLC0415
 
     write_summary(out)
     return result

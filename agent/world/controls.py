@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 
 from experience_bank.hashing import content_hash
 from experience_bank.records import CandidateCard, ModelRef
+from agent.world.examples import card_examples
+from trainers.data import replay_examples
 
 if TYPE_CHECKING:
     from agent.world.interface import WorldData
@@ -68,9 +70,6 @@ def control_examples(control: CandidateCard, world: "WorldData", seed: int,
                      generate: Callable[[list], list[str]]) -> list[dict]:
     """The control's training rows: the pool's prompts, answered by the parent (`generate`) for
     SFT, as they are for GRPO (the placebo reward needs no answer)."""
-    from trainers.data import replay_examples
-
-    from agent.world.examples import card_examples
 
     rows = card_examples(control, world, seed)
     if control.method != "sft":

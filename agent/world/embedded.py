@@ -47,19 +47,24 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 from pathlib import Path
 
+from evaluators import tasks
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
 
 from agent.progress import Progress
+from agent.world.smol import ensure_smol_world
 from agent.world.store import BuildEnv, World, load_world, publish_world, world_dir
+from agent.world.tokenizer import train_tokenizer, world_texts
 
 
 WORLD_FORMAT = "world-v3"
@@ -138,9 +143,7 @@ BUILD_LIBRARIES = ("torch", "transformers", "trl", "tokenizers", "accelerate")
 
 def build_env() -> BuildEnv:
     """This process's build environment (what BuildEnv names)."""
-    from importlib.metadata import version
-
-    import torch
+    import torch  # noqa: PLC0415 (torch)
 
     return BuildEnv(libraries={lib: version(lib) for lib in BUILD_LIBRARIES},
                     cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine())
@@ -149,8 +152,6 @@ def build_env() -> BuildEnv:
 def recipe_sha256(recipe: Recipe, env: BuildEnv | None = None) -> str:
     """The world's id: hash of the recipe, the build format, the pretraining data's content
     hashes and the build environment (this process's when `env` is None)."""
-    from evaluators import tasks
-
     data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}  # tokenizer reads all
     env = env or build_env()
     return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data, "build": asdict(env)})
@@ -164,15 +165,13 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     weights. A cached world is served only when its weights still hash to what it recorded
     (store.load_world; BadInput otherwise)."""
     if size == "smol":
-        from agent.world.smol import ensure_smol_world
-
         return ensure_smol_world(progress=progress)
     recipe = recipe_for(size)
     env = build_env()
     rhash = recipe_sha256(recipe, env)
     root = world_dir(size, rhash)
     if threads:
-        import torch
+        import torch  # noqa: PLC0415 (torch)
 
         torch.set_num_threads(threads)
     if (root / "world.json").exists():
@@ -198,9 +197,7 @@ def _build(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, progress: Prog
 
 
 def _describe(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, built_base: Path, seconds: float) -> World:
-    from evaluators import tasks
-
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
     # the same identity evaluators record (sha256 of the loaded tokenizer's template text)
     tsha = sha256_text(AutoTokenizer.from_pretrained(built_base, local_files_only=True).chat_template)
@@ -221,9 +218,6 @@ def _describe(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, built_base:
 
 def pretraining_rows(recipe: Recipe) -> list[dict]:
     """The pretraining mixture as TRL prompt/completion rows, in a fixed seeded order."""
-    import random
-
-    from evaluators import tasks
 
     rows: list[dict] = []
     for ds, n in recipe.mixture:
@@ -237,7 +231,7 @@ def pretraining_rows(recipe: Recipe) -> list[dict]:
 @contextmanager
 def pinned_threads(n: int) -> Iterator[None]:
     """torch's intra-op threads set to `n` inside, and back to the caller's count after."""
-    import torch
+    import torch  # noqa: PLC0415 (torch)
 
     before = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -255,12 +249,10 @@ def build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None = 
 
 
 def _build_base_model(recipe: Recipe, out_dir: Path, progress: Progress | None) -> None:
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    import torch  # noqa: PLC0415 (torch)
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM  # noqa: PLC0415 (transformers)
 
-    from agent.world.tokenizer import train_tokenizer, world_texts
 
-    from evaluators import tasks
 
     rows = pretraining_rows(recipe)
     # The tokenizer sees every training pool of the world (as a real tokenizer covers the
@@ -288,10 +280,10 @@ _ACCUM = 4
 
 
 def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progress: Progress | None) -> None:
-    from datasets import Dataset, disable_progress_bars
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
-    from trl import SFTConfig, SFTTrainer
+    from datasets import Dataset, disable_progress_bars  # noqa: PLC0415 (datasets)
+    from transformers import TrainerCallback  # noqa: PLC0415 (transformers)
+    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415 (transformers)
+    from trl import SFTConfig, SFTTrainer  # noqa: PLC0415 (trl)
 
     class _Report(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
@@ -328,7 +320,7 @@ def _pretrain(model, tok, rows: list[dict], recipe: Recipe, out_dir: Path, progr
 def load_base(world: World):
     """(model, tokenizer) of the world's base, from the local folder with the hub off."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 (transformers)
 
     return (AutoModelForCausalLM.from_pretrained(world.base_dir, local_files_only=True),
             AutoTokenizer.from_pretrained(world.base_dir, local_files_only=True))

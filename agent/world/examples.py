@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from experience_bank.records import CandidateCard
+from agent.world.store import EmbeddedTasks
+from evaluators.generate import generate
+from trainers.data import build_examples
 
 if TYPE_CHECKING:
     from agent.world.interface import WorldData
@@ -27,9 +30,6 @@ def card_examples(card: CandidateCard, world: "WorldData | int", seed: int, *,
     generated tasks (`agent train --world-seed`). `generate(prompts) -> completions` must be
     the frozen pre-update parent; it is only called when the recipe asks for replay.
     """
-    from trainers.data import build_examples
-
-    from agent.world.store import EmbeddedTasks
 
     data = EmbeddedTasks(world) if isinstance(world, int) else world
     make = data.sft_examples if card.method == "sft" else data.grpo_examples
@@ -44,8 +44,6 @@ def card_examples(card: CandidateCard, world: "WorldData | int", seed: int, *,
 def parent_generator(parent_dir: str, *, backend: str = "transformers", batch_size: int = 32,
                      seed: int = 0) -> Callable[[list], list[str]]:
     """Greedy generation by the frozen parent, for self-replay rows."""
-    from evaluators.generate import generate
-
     return lambda prompts: generate(parent_dir, prompts, backend=backend, batch_size=batch_size,
                                     max_new_tokens=REPLAY_NEW_TOKENS, seed=seed)
 
@@ -54,6 +52,6 @@ def card_rewards(card: CandidateCard) -> dict | None:
     """TRL-form reward functions named by a GRPO card (None for SFT)."""
     if card.method != "grpo":
         return None
-    from evaluators.rewards import REWARDS
+    from evaluators.rewards import REWARDS  # noqa: PLC0415 (numpy)
 
     return {name: REWARDS[name] for name in card.hparams.rewards}

@@ -1,5 +1,5 @@
 """The one interface every world implements: what the loop, the seed bank, the retrospective and
-`compare` read of a world, and nothing more.
+`compare` read of a world, and nothing more (agent/world/factory.py builds one from a config).
 
 Two implementations: `agent.world.store.World` (the embedded world, its tasks generated from
 its seed by evaluators.tasks) and `agent.world.local.LocalWorld` (a user's HF model folder and
@@ -60,50 +60,3 @@ class WorldData(Protocol):
     def release_sha256(self, dataset_id: str, release: int) -> str | None:
         """Hash of another release of a training pool, or None when the world knows only one."""
         ...
-
-
-def current_context(world: WorldData, parent: ModelRef, stage: int):
-    """x_t: the world's families, target tasks, datasets, runtimes and protocols around `parent`
-    (the one definition: the loop's authorize node and the retrospective's cells both call it)."""
-    from experience_bank.records import CurrentContext
-
-    from agent.world.store import RUNTIMES
-
-    families = tuple(world.output_protocols)
-    return CurrentContext(parent=parent, stage=stage, families=families, tasks={f: f"{f}/target" for f in families},
-                          datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=world.eval_protocol,
-                          output_protocols=dict(world.output_protocols))
-
-
-def suite_items(world: WorldData, suites, split: str, n: int | None) -> dict[str, list[dict]]:
-    """Each suite's items of `split`, for evaluators.evaluate(items=...)."""
-    return {suite: world.items(suite, split, n) for suite in suites}
-
-
-def world_for(cfg, progress=None) -> WorldData:
-    """The world a run config names: a local world when it sets `base_model`, else the embedded
-    world of its size (built once and cached)."""
-    if cfg.base_model is not None:
-        from agent.world.local import local_world
-
-        return local_world(cfg)
-    from agent.world.embedded import ensure_world
-
-    return ensure_world(cfg.world, progress=progress)
-
-
-def check_cached_world(cfg) -> None:
-    """Refuse (BadInput) the embedded world a config names when the copy cached here is not the
-    world its id names; builds nothing. For commands that start many episodes (`agent compare`),
-    which would otherwise each fail on it alone."""
-    if cfg.base_model is None:
-        from agent.world.embedded import cached_world
-
-        cached_world(cfg.world)
-
-
-def seed_cards(cfg) -> tuple[str, ...] | None:
-    """The card ids of the config's `seed_cards` (None: the whole catalogue)."""
-    if cfg.seed_cards is None:
-        return None
-    return tuple(c.strip() for c in cfg.seed_cards.split(",") if c.strip())

@@ -27,6 +27,13 @@ from experience_bank.records import ModelRef
 
 from agent.world.controls import CONTROL_POOL
 from agent.world.store import OUTPUT_PROTOCOLS, EmbeddedTasks, cache_root
+import json
+from agent.inputs import check_model_dir
+from agent.world.smol import ensure_smol_world, gguf_path
+from evaluators import models
+from evaluators.tasks import local, pool_sha256
+from evaluators.tasks.local import LocalSources
+from evaluators.tasks.splits import SPLITS
 
 if TYPE_CHECKING:
     from evaluators.tasks.local import LocalSources
@@ -66,14 +73,12 @@ class LocalWorld:
     def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
         if task == "captrack":  # the project's own probes: no upstream file exists
             return EmbeddedTasks(self.seed).items(task, split, n)
-        from evaluators.tasks import local
 
         return local.items(self.sources, task, split, n)
 
     def sft_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
         if dataset_id == CONTROL_POOL:  # the project's rows, as captrack's probes are (see _describe)
             return EmbeddedTasks(0).sft_examples(dataset_id, n)
-        from evaluators.tasks import local
 
         return local.pool(self.sources, dataset_id, n)
 
@@ -87,8 +92,6 @@ class LocalWorld:
 
 def sources_from(cfg) -> "LocalSources":
     """LocalSources from the config's data keys (BadInput naming a missing one)."""
-    from evaluators.tasks.local import LocalSources
-
     missing = [k for k in DATA_KEYS if getattr(cfg, k) is None]
     if missing:
         raise BadInput(f"base_model is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
@@ -101,11 +104,7 @@ def model_folder(base_model: str) -> Path:
     """The checked model folder (`smol`: the converted SmolLM2 base, converted once and cached):
     config.json that transformers loads, safetensors headers that fit it, a tokenizer with a
     chat template (agent.inputs.check_model_dir, the one model-folder check)."""
-    from agent.inputs import check_model_dir
-
     if base_model == SMOL:
-        from agent.world.smol import ensure_smol_world
-
         path = Path(ensure_smol_world().base_dir)
     else:
         path = Path(base_model)
@@ -118,8 +117,6 @@ def model_folder(base_model: str) -> Path:
 def check_model_present(base_model: str) -> None:
     """The cheap first check: the folder exists (for `smol`: the GGUF it is converted from)."""
     if base_model == SMOL:
-        from agent.world.smol import gguf_path
-
         gguf_path()
     elif not Path(base_model).is_dir():
         raise BadInput(f"base model {base_model} not found: give {MODEL_LAYOUT} (or `smol`)")
@@ -137,8 +134,6 @@ def local_world(cfg) -> LocalWorld:
 
 def _check_data(sources) -> None:
     """Load every suite and pool once, so a bad file fails here, before anything is written."""
-    from evaluators.tasks import local
-
     for task in local.LOCAL_TASKS:
         for split in ("validation", "adoption", "test"):
             local.items(sources, task, split, 1)
@@ -149,13 +144,9 @@ def _check_data(sources) -> None:
 @lru_cache(maxsize=8)
 def _describe(base_dir: str, sources, step_scale: float) -> LocalWorld:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import json
 
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
-    from evaluators import models
-    from evaluators.tasks import local, pool_sha256
-    from evaluators.tasks.splits import SPLITS
 
     tsha = sha256_text(AutoTokenizer.from_pretrained(base_dir, local_files_only=True).chat_template)
     arch = json.loads((Path(base_dir) / "config.json").read_text())["model_type"]

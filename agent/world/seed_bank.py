@@ -50,13 +50,16 @@ from experience_bank.records import (
 )
 
 from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.controls import control_card, control_examples, control_key
+from agent.world.controls import control_card, control_key
 from agent.world.source_contexts import (
     DATA_RELEASE, SOURCE_PARENT, SOURCE_SYSTEM_PROMPT, parent_ref, source_applicability, source_card,
     source_context, templated,
 )
 from agent.progress import Progress
 from agent.world.interface import WorldData as World
+from agent.world import controls
+from agent.world.runner import CardRunner
+from experience_bank.bank import Bank
 
 GRADE_PLAN = {
     "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
@@ -96,8 +99,6 @@ def seed_dir(world: World) -> Path:
 
 def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
     """Everything that determines the seed records: world, its base's weights, catalogue, plan and sizes."""
-    from agent.world import controls
-
     return content_hash({"world": world.recipe_sha256, "base": world.model.sha256, "catalogue": catalogue_sha256(),
                          "grades": GRADE_PLAN,
                          "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
@@ -116,10 +117,8 @@ def build_seed_bank(world: World, bank_path: str | os.PathLike, progress: Progre
 
     Returns the library version that holds exactly the seed records. `cards` restricts the
     catalogue (tests); the cache is keyed by the world recipe hash and the plan."""
-    from experience_bank.bank import Bank
-
     if threads:
-        import torch
+        import torch  # noqa: PLC0415 (torch)
 
         torch.set_num_threads(threads)
     records = seed_records(world, progress, cards=cards)
@@ -183,9 +182,7 @@ class _Runner:
         self.root = seed_dir(world)
         self.cards = {c.id: c for c in catalogue(world)}
         self.pairs, self.control_runs = 0, set()
-        from experience_bank.runcache import from_env
-
-        self.cache = from_env()  # the retrospective's and the episodes' runs of the same content are reused
+        self.runner = CardRunner(world)  # the retrospective's and the episodes' runs of the same content are reused
 
     def tick(self, what: str) -> None:
         self.done += 1
@@ -207,7 +204,7 @@ class _Runner:
 
     def _templated(self, parent_dir: str) -> tuple[str, str]:
         """A copy of the parent served with `templated`'s chat template: (folder, template)."""
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
         out = self.root / "parents" / "early-template"
         tok = AutoTokenizer.from_pretrained(parent_dir, local_files_only=True)
@@ -223,9 +220,6 @@ class _Runner:
     def control(self, card: CandidateCard, parent_dir: str, parent: ModelRef, seed: int) -> tuple[str, dict]:
         """The matched control of (card, parent, seed), trained once per match key and evaluated
         once per family; returns its evaluation name and summary."""
-        import trainers
-
-        from agent.world.examples import card_rewards, parent_generator
 
         # the control of the source run: its steps and examples, the reference recipe, no intervention
         ctrl = control_card(source_card(card, self.world, self.size.step_scale), self.world)
@@ -237,9 +231,7 @@ class _Runner:
         if out.exists():
             return name, json.loads(out.read_text())
         run = self.root / "runs" / key  # kept: the next family's cards are evaluated on it too
-        rows = control_examples(ctrl, self.world, seed, parent_generator(parent_dir, seed=seed))
-        trainers.train(ctrl, parent_dir, rows, out_dir=str(run), run_key=key, seed=seed, reward_funcs=card_rewards(ctrl),
-                       cache=self.cache)
+        self.runner.train(ctrl, parent_dir, out_dir=str(run), run_key=key, seed=seed)
         return name, self.evaluate(str(run), name, card.family)
 
     def evaluate(self, model_dir: str, name: str, family: str, sample: str = "full") -> dict:
@@ -248,15 +240,12 @@ class _Runner:
         summary = out / "summary.json"
         if summary.exists():
             return json.loads(summary.read_text())
-        from evaluators import evaluate
-
-        from agent.world.interface import suite_items
-
+        # Scored with evaluation seed 0 (evaluators.evaluate's default), as every seed bank so far:
+        # the cached records and the run cache's keys carry it.
         n, r = self.size.eval_n, self.size.retention_n
-        results = evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
-                           items=suite_items(self.world, [f"{family}/source"], "validation", n), cache=self.cache)
-        results |= evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=r,
-                            items=suite_items(self.world, ["ifeval"], "validation", r), cache=self.cache)
+        results = self.runner.evaluate(model_dir, [f"{family}/source"], "validation", out_dir=str(out / "source"), n=n,
+                                       seed=0)
+        results |= self.runner.evaluate(model_dir, ["ifeval"], "validation", out_dir=str(out / "ifeval"), n=r, seed=0)
         src = results[f"{family}/source"]
         data = {"items": _item_scores(src), "metric": _primary(src), "ifeval": _retention(results["ifeval"]),
                 "generations": {k: v.generations_sha256 for k, v in sorted(results.items())},
@@ -270,17 +259,12 @@ class _Runner:
     def train(self, card: CandidateCard, parent_dir: str, seed: int) -> tuple[str, str, list[str]]:
         """Train the card's source analogue (idempotent by run key); returns (child dir, sha,
         names of the sanity checks it failed)."""
-        import trainers
-
-        from agent.world.examples import card_examples, card_rewards, parent_generator
 
         src = source_card(card, self.world, self.size.step_scale)
         digest = content_hash([src.model_dump(mode="json"), parent_dir, seed])
         key = f"seed-{card.id}-{digest[:12]}"
         out = self.root / "runs" / key
-        rows = card_examples(src, self.world, seed, generate=parent_generator(parent_dir, seed=seed))
-        result = trainers.train(src, parent_dir, rows, out_dir=str(out), run_key=key, seed=seed,
-                                reward_funcs=card_rewards(src), cache=self.cache)
+        result = self.runner.train(src, parent_dir, out_dir=str(out), run_key=key, seed=seed)
         # A run that fails a sanity check (e.g. GRPO with zero reward variance on a weak parent)
         # is still an observation: its child is evaluated like any other and the failed checks
         # are kept in the evaluation summary, never hidden and never turned into a made-up score.

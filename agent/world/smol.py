@@ -22,6 +22,8 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
+from agent.world.store import World, cache_root, load_world, publish_world
+from evaluators import tasks
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256_PREFIX = "b179c952"
@@ -44,8 +46,8 @@ def convert(gguf: Path, out_dir: Path) -> None:
     """De-quantise the GGUF once into a local HF folder (bf16 safetensors + tokenizer)."""
     if importlib.util.find_spec("gguf") is None:
         raise BadInput("converting the smol GGUF needs gguf==0.19.0: pip install gguf==0.19.0")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # noqa: PLC0415 (torch)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 (transformers)
 
     src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     cfg = src.config
@@ -60,10 +62,8 @@ def convert(gguf: Path, out_dir: Path) -> None:
 
 def ensure_smol_world(progress=None):
     """The smol World: converted once and cached like the embedded worlds."""
-    from evaluators import tasks
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 (transformers)
 
-    from agent.world.store import World, cache_root, load_world, publish_world
 
     gguf = gguf_path()
     gsha = file_sha256(str(gguf))

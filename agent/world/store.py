@@ -30,6 +30,8 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.hashing import file_sha256
 from experience_bank.records import ModelRef
+from agent.world.catalogue import STEP_SCALE
+from evaluators import tasks
 
 OUTPUT_PROTOCOLS = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
 RUNTIMES = ("trl-sft", "trl-grpo", "peft-lora")
@@ -98,8 +100,6 @@ class World:
     # --- agent.world.interface.WorldData: the tasks this world's seed generates ----------
     @property
     def step_scale(self) -> float:
-        from agent.world.catalogue import STEP_SCALE
-
         return STEP_SCALE.get(self.size, 1.0)
 
     def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
@@ -114,8 +114,6 @@ class World:
     def release_sha256(self, dataset_id: str, release: int) -> str | None:
         """Hash of an earlier release of a pool: the same generator drawn with the world's seed
         plus `release` (what a library written against that release names)."""
-        from evaluators import tasks
-
         return tasks.dataset_sha256(dataset_id, self.seed + release)
 
 
@@ -127,18 +125,12 @@ class EmbeddedTasks:
     seed: int
 
     def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
-        from evaluators import tasks
-
         return tasks.items(task, split, self.seed, n)
 
     def sft_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
-        from evaluators import tasks
-
         return tasks.sft_examples(dataset_id, self.seed, n)
 
     def grpo_examples(self, dataset_id: str, n: int | None = None) -> list[dict]:
-        from evaluators import tasks
-
         return tasks.grpo_examples(dataset_id, self.seed, n)
 
 

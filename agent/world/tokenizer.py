@@ -17,6 +17,7 @@ Why these choices:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 PAD, EOS, BOS_TURN = "<|endoftext|>", "<|im_end|>", "<|im_start|>"
 SPECIAL_TOKENS = (PAD, BOS_TURN, EOS)
@@ -38,8 +39,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int
 
     Deterministic for the same texts in the same order (the `tokenizers` BPE trainer breaks
     ties by byte order)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 (transformers)
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),

@@ -43,7 +43,7 @@ class Schema:
 
 
 def _names(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    return tuple(f"{f} {l}" for f in FIRST for l in LAST) + extra
+    return tuple(f"{f} {last}" for f in FIRST for last in LAST) + extra
 
 
 _PRODUCTS = tuple(f"{a} {b}" for a in ("red", "blue", "mini", "smart", "eco", "pro", "solar", "retro")
@@ -66,7 +66,7 @@ TARGET = (
            {"male": "M", "female": "F"}, _names(), True),
     Schema("racing", "drivers", "surname", "nation", "wins", "results", "driver_id", "points",
            {"British": "GBR", "German": "GER", "Italian": "ITA", "Brazilian": "BRA", "Japanese": "JPN"},
-           tuple(LAST) + tuple(f"{l}{s}" for l in LAST for s in ("ton", "berg", "ini", "son")), True),
+           tuple(LAST) + tuple(f"{last}{s}" for last in LAST for s in ("ton", "berg", "ini", "son")), True),
 )
 SCHEMAS = {s.db: s for s in SOURCE + TARGET}
 N_MAIN, N_CHILD = 40, 120

@@ -25,7 +25,9 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.inputs import read_json
-from agent.state import Entry
+from agent.loop.bounded_http import BoundedHTTP
+from agent.loop.state import Entry
+from agent.run.rundir import RunDir
 from agent.world.catalogue import Needs
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
@@ -200,7 +202,6 @@ class OpenAIProposer:
     def _ask(self, library: list[Entry]) -> bytes:
         import openai  # noqa: PLC0415
 
-        from agent.bounded_http import BoundedHTTP  # noqa: PLC0415
 
         # timeout_s is the whole request's deadline and MAX_REPLY_BYTES the most read of any body.
         with BoundedHTTP(MAX_REPLY_BYTES, self.timeout_s) as http:
@@ -236,7 +237,7 @@ def _whole_reply_rejected(reason: str, raw: str) -> dict[str, Any]:
 
 def load_proposals(run_dir: Path) -> list[Entry]:
     """Accepted proposals of a run (empty before the propose node ran)."""
-    path = Path(run_dir) / "proposals.json"
+    path = RunDir(Path(run_dir)).proposals_file
     if not path.exists():
         return []
     rows = read_json(path, "proposals file")
@@ -252,7 +253,7 @@ def load_proposals(run_dir: Path) -> list[Entry]:
 
 def load_or_propose(run_dir: Path, produce: Callable[[], list[dict[str, Any]]]) -> list[Entry]:
     """Ask once per episode; proposals.json is the frozen answer."""
-    path = Path(run_dir) / "proposals.json"
+    path = RunDir(Path(run_dir)).proposals_file
     if not path.exists():
         write_atomic(path, json.dumps(produce(), indent=1, ensure_ascii=False))
     return load_proposals(run_dir)

@@ -10,7 +10,6 @@ serializer (no pickle fallback, no msgpack object revival: a checkpoint is data,
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import time
@@ -18,27 +17,39 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import RunConfig
-from agent.graph import build_graph
-from agent.killpoints import kill_point
-from agent.manifest import Manifest
-from agent.rundir import RunDir
-from agent.state import Ctx, Entry
+from agent.loop.graph import build_graph
+from agent.run.audit import RunAudit
+from agent.run.checkpoints import strict_serde
+from agent.run.killpoints import kill_point
+from agent.run.manifest import Manifest
+from agent.run.rundir import RunDir
+from agent.loop.state import Ctx, Entry
 from experience_bank.errors import BadInput, Busy, WriteFault, fault_path, full_file_system, write_fault
+from agent.inputs import check_bank_file
+from agent import progress as display
+from agent.world.factory import seed_cards, world_for
+from agent.world.local import local_world
+from agent.world.store import SUITES
+from evaluators.generate import check_backend
+from policies import POLICIES
+from trainers.launch import check_launch
+from agent.loop.ports import WorldPorts
+from agent.loop.proposer import Allowlist, load_proposals
+from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+from agent.run.promotion import init_parent
+from agent.views.tracking import tracked
+from agent.world.seed_bank import build_seed_bank
+from experience_bank.bank import Bank
+from trainers.ledger import Ledger, parse_budget
 
 
 IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 
 RECURSION_LIMIT = 100_000
 """Supersteps: about five per candidate, so any catalogue fits."""
-
-
-def strict_serde() -> JsonPlusSerializer:
-    """A serializer that never unpickles and revives no Python objects (the state is plain JSON)."""
-    return JsonPlusSerializer(pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=None)
 
 
 def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any]:
@@ -54,67 +65,13 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
         for chunk in graph.stream(start, config, context=ctx, durability="sync", stream_mode="updates"):
             for node, update in chunk.items():
                 ctx.progress(node, update or {})
-                kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/killpoints.py)
+                kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/run/killpoints.py)
         return dict(graph.get_state(config).values)
     finally:
         conn.close()
 
 
 # --- the composition ---------------------------------------------------------------------
-
-
-class RunAudit:
-    """runs/ID/decisions.jsonl (policies/audit.py's hash-chained ledger, with the frozen inputs)
-    and outcomes.jsonl (its OutcomeCells, the one cell format): one line per decision / outcome,
-    written once (a re-run of a node finds its line by decision hash and writes nothing)."""
-
-    def __init__(self, rundir: RunDir, manifest: Manifest):
-        self.rundir, self.manifest = rundir, manifest
-
-    def _has(self, path: Path, decision_hash: str) -> bool:
-        if not path.exists():
-            return False
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line) if line.strip() else {}
-            if row.get("decision_hash", row.get("decision", {}).get("decision_hash")) == decision_hash:
-                return True
-        return False
-
-    def decision(self, decision, record, context, episode) -> None:
-        from policies.audit import write_ledger_entry
-
-        if self._has(self.rundir.decisions_file, decision.decision_hash):
-            return
-        write_ledger_entry(self.rundir.decisions_file, episode_id=self.rundir.episode_id, decision=decision,
-                           config=self.manifest.policy.config, state=episode, record=record, context=context)
-
-    def outcome(self, event, card) -> None:
-        from policies.audit import write_outcome
-
-        if event.action == "reject" or self._has(self.rundir.outcomes_file, event.decision.decision_hash):
-            return  # a rejection ran nothing: its cell stays undetermined, never guessed
-        write_outcome(self.rundir.outcomes_file, outcome_cell(event, card, self.manifest))
-
-
-def outcome_cell(event, card, manifest: Manifest):
-    """The OutcomeCell of one event that ran: trial verdict and delta, full-run effects, and the
-    outcome class (policies.outcomes) where a full run was judged by the gate."""
-    from policies.audit import OutcomeCell
-    from policies.outcomes import outcome_class
-
-    g, family = manifest.gate, card.family
-    full, cls = {}, None
-    if event.target_gain is not None and set(event.retention) >= {g.ifeval_prompt_metric, g.ifeval_instruction_metric}:
-        full = {"target": event.target_gain, "ifeval_p": event.retention[g.ifeval_prompt_metric],
-                "ifeval_i": event.retention[g.ifeval_instruction_metric]}
-        cls = outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=g.min_gain_pp[family],
-                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.gate_decided_by == "hard_failures")
-    fraction = f"{manifest.trial.fraction:.2f}"
-    short = {fraction: event.trial_delta} if event.trial_delta is not None and fraction in ("0.05", "0.10", "0.20") else {}
-    return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
-                       family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
-                       short=short, full=full, trial_device_hours=event.trial_device_hours,
-                       full_device_hours=max(event.cost_device_hours - event.trial_device_hours, 0.0))
 
 
 def _run_dir(cfg: RunConfig, resume: str | None) -> RunDir:
@@ -135,10 +92,6 @@ def _run_dir(cfg: RunConfig, resume: str | None) -> RunDir:
 
 def check_inputs(cfg: RunConfig) -> float:
     """Every check that needs no writing; BadInput names the problem and the fix."""
-    from trainers.ledger import parse_budget
-
-    from agent.inputs import check_bank_file
-    from policies import POLICIES
 
     budget_h = parse_budget(cfg.episode_budget)
     if cfg.policy not in POLICIES:
@@ -146,19 +99,13 @@ def check_inputs(cfg: RunConfig) -> float:
     if cfg.proposer == "openai" and not (cfg.base_url and cfg.model):
         raise BadInput("--proposer openai needs --base-url URL and --model NAME")
     if cfg.base_model is not None:
-        from agent.world.local import local_world
-
         local_world(cfg)  # model folder, every dataset file and pool: checked, nothing written
-    from trainers.launch import check_launch
-    from evaluators.generate import check_backend
 
     check_backend(cfg.backend)
     check_launch(cfg.launcher, cfg.deepspeed_config)
     bank = Path(cfg.bank)
     check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
     if bank.exists():
-        from experience_bank.bank import Bank
-
         Bank.open(bank).close()  # refuses a bank from a newer schema
     return budget_h
 
@@ -214,7 +161,6 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
                    "lineage": list(world.model.lineage),
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
                    "stop_reason": ""}
-        from agent.tracking import tracked  # the MLflow view (a tracker that is down warns once)
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
             return drive(ctx, initial, run_dir.checkpoints_file)
@@ -224,38 +170,26 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
 
 def _world_and_bank(cfg: RunConfig, say):
     """The world (embedded or local: agent.world.interface) and the bank, its L(0) built once."""
-    from agent.world.interface import seed_cards, world_for
-    from experience_bank.bank import Bank
-
-    from agent.progress import reporter
-
     name = "local" if cfg.base_model is not None else cfg.world
-    with reporter(f"world {name}", cfg.quiet, say) as progress:
+    with display.reporter(f"world {name}", cfg.quiet, say) as progress:
         world = world_for(cfg, progress)
     if not Path(cfg.bank).exists():
-        from agent.world.seed_bank import build_seed_bank
-
         say(f"building the seed bank of world {name} at {cfg.bank} (once)")
-        with reporter("seed bank", cfg.quiet, say) as progress:
+        with display.reporter("seed bank", cfg.quiet, say) as progress:
             build_seed_bank(world, cfg.bank, progress, cards=seed_cards(cfg))
     return world, Bank.open(cfg.bank)
 
 
 def _allowlist(world, bank):
-    from agent.proposer import Allowlist
-
     return Allowlist(datasets=dict(world.datasets), taken_ids=frozenset(e.record.card.id for e in bank.library_records()))
 
 
 def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -> Manifest:
-    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
-    from agent.promotion import init_parent
-
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
-    evaluators = Evaluators(suites=tuple(WORLD_SUITES()), eval_protocol=world.eval_protocol, backend=cfg.backend,
+    evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
                             n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
-                            sizes={s: cfg.suite_n(s) for s in WORLD_SUITES() if cfg.suite_n(s) != cfg.eval_n})
+                            sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.eval_n})
     manifest = build_manifest(
         episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
@@ -269,17 +203,7 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     return manifest
 
 
-def WORLD_SUITES():  # noqa: N802 - a constant, imported lazily with the world module
-    from agent.world.store import SUITES
-
-    return SUITES
-
-
 def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:
-    from agent.nodes_ports import WorldPorts
-    from agent.proposer import load_proposals
-    from trainers.ledger import Ledger
-
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
     entries |= {e.hash: e for e in load_proposals(run_dir.path)}
     ports = WorldPorts(world, cfg, _allowlist(world, bank), manifest)
@@ -291,8 +215,6 @@ def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, s
 def _display(cfg: RunConfig, ctx: Ctx, say):
     """Live progress (budget left, node, candidate, last verdict); --quiet, or stdout that is
     not a terminal, gets log lines."""
-    from agent.progress import live_display
-
     budget = ctx.manifest.budget_device_hours
     seen: dict[str, Any] = {"node": "", "candidate": "", "verdict": "", "spent": 0.0}
 
@@ -307,19 +229,20 @@ def _display(cfg: RunConfig, ctx: Ctx, say):
         for key in ("verdict", "trial_verdict", "action", "stop_reason"):
             if upd.get(key):
                 seen["verdict"] = f"{key}={upd[key]}"
-        if live is None:
-            say(line())
+        if live:
+            live[0].update(Text(line()))
         else:
-            live.update(Text(line()))
+            say(line())
 
-    live = None
-    if not live_display(cfg.quiet):
+    live: list = []  # the rich Live display, once open
+    if not display.live_display(cfg.quiet):  # looked up on its module: tests set it
         ctx.progress = update
         yield
         return
-    from rich.live import Live
-    from rich.text import Text
+    from rich.live import Live  # noqa: PLC0415 (rich, only on a terminal)
+    from rich.text import Text  # noqa: PLC0415
 
-    with Live(Text(line()), refresh_per_second=4, transient=False) as live:
+    with Live(Text(line()), refresh_per_second=4, transient=False) as shown:
+        live.append(shown)
         ctx.progress = update
         yield

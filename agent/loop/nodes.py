@@ -1,9 +1,9 @@
-"""The loop's nodes: small `State -> partial State` functions (see agent/graph.py).
+"""The loop's nodes: small `State -> partial State` functions (see agent/loop/graph.py).
 
 Every node may run twice: LangGraph resumes a crashed episode at the start of the node that
 was running. So a node that has an effect keys it by (episode, decision hash):
 - results (decision, trial, full run, evaluations, verdict) are written atomically where
-  agent/rundir.py says and read back on a re-run instead of being recomputed;
+  agent/run/rundir.py says and read back on a re-run instead of being recomputed;
 - ledger charges carry the key `<decision hash>:<role>` and the ledger ignores a key it has;
 - the bank freezes a decision once per hash and an event once per (episode, seq);
 - the trainer is idempotent on its run key `<episode>:<decision hash>:<role>`.
@@ -23,6 +23,7 @@ from typing import Any, Callable
 from langgraph.runtime import Runtime
 
 from experience_bank.families import target_metric
+from experience_bank import files
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import CandidateCard, Decision, Event, parse_model
@@ -31,18 +32,18 @@ from experience_bank.results import GateVerdict, SuiteResult, TrainResult, Trial
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
-from agent.state import Ctx, State
+from agent.loop.state import Ctx, State
+from agent.run.manifest import ENDPOINT_SPLIT
+from agent.loop.proposer import load_or_propose
+from agent.views.report import write_report
 
 # --- keyed results ---------------------------------------------------------------------
 
 
 def once(path: Path, compute: Callable[[], Any], cls: type) -> Any:
     """The record stored at `path`, or compute it and store it (atomically) first."""
-    if path.exists():
-        return parse_model(cls, path.read_text(encoding="utf-8"), str(path))
-    value = compute()
-    write_atomic(path, canonical_json(value.model_dump(mode="json")))
-    return value
+    return files.once(path, compute, dump=lambda value: canonical_json(value.model_dump(mode="json")),
+                      load=lambda text: parse_model(cls, text, str(path)))
 
 
 def _card(ctx: Ctx, state: State) -> CandidateCard:
@@ -59,11 +60,6 @@ def _budget(ctx: Ctx) -> float:
 
 def _spent(ctx: Ctx) -> float:
     return round(ctx.ledger.spent(ctx.episode_id), 9)
-
-
-ENDPOINT_SPLIT = "test"
-"""The held-out split the episode's final parent is scored on once, at the end (the gate reads
-adoption, so an endpoint there would be optimistic)."""
 
 
 def _endpoint_reserve(ctx: Ctx) -> float:
@@ -105,12 +101,10 @@ def propose(state: State, runtime: Runtime[Ctx]) -> dict:
     """Catalogue candidates (the library) plus at most q LLM proposals (kept in proposals.json)."""
     ctx = runtime.context
     library = list(ctx.entries)
-    from agent.proposer import load_or_propose  # noqa: PLC0415 (the proposer imports the openai client)
     accepted = load_or_propose(ctx.run_dir, lambda: ctx.ports.propose([ctx.entries[h] for h in library]))
     for entry in accepted:
         ctx.entries[entry.hash] = entry
-    return {"candidates": library + [e.hash for e in accepted], "n_proposed": len(library) + len(accepted),
-            "node": "propose"}
+    return {"candidates": library + [e.hash for e in accepted], "n_proposed": len(library) + len(accepted)}
 
 
 def filter_candidates(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -124,7 +118,7 @@ def filter_candidates(state: State, runtime: Runtime[Ctx]) -> dict:
         else:
             dropped[ctx.entries[h].record.card.id] = reason
     write_atomic(ctx.rundir.filtered_file, canonical_json(dropped))
-    return {"candidates": kept, "n_dropped": len(dropped), "node": "filter"}
+    return {"candidates": kept, "n_dropped": len(dropped)}
 
 
 def select(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -144,8 +138,8 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
         h = state["candidates"][cursor]
         return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": "", "action": "",
                 "rule": "", "trial_verdict": "", "proceed": False, "train_status": "", "verdict": "", "decided_by": "",
-                "refused": "", "node": "select"}
-    return {"stop_reason": reason, "node": "select"}
+                "refused": ""}
+    return {"stop_reason": reason}
 
 
 def after_select(state: State) -> str:
@@ -172,7 +166,7 @@ def authorize(state: State, runtime: Runtime[Ctx]) -> dict:
     ctx.bank.record_decision(ctx.episode_id, decision)
     ctx.audit.decision(decision, entry.record, current, episode)
     return {"decision_hash": decision.decision_hash, "action": decision.action, "rule": decision.rule,
-            "proposals_authorized": next_state(episode, decision).new_proposals_used, "node": "authorize"}
+            "proposals_authorized": next_state(episode, decision).new_proposals_used}
 
 
 def after_authorize(state: State) -> str:
@@ -210,7 +204,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
                                                                    "validation")
     if not ctx.rundir.trial_file(dh).exists() and not _fits(ctx, estimate):
         return {"trial_verdict": "not_started", "decided_by": "budget: the trial does not fit", "proceed": False,
-                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "validate"}
+                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
     result = once(ctx.rundir.trial_file(dh), lambda: ctx.ports.trial(
@@ -224,7 +218,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
 def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str = "") -> dict:
     then, _, episode = after_trial(verdict, _episode_state(state), ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
-            "leases_used": episode.leases_used, "spent_h": _spent(ctx), "node": "validate"}
+            "leases_used": episode.leases_used, "spent_h": _spent(ctx)}
 
 
 def after_validate(state: State) -> str:
@@ -242,12 +236,12 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
         ctx, [initial.sha256, state["parent_sha"]], "adoption")
     if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
-                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "train"}
+                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost, cached=was_cached(result.checkpoint))
-    return {"train_status": "done", "spent_h": _spent(ctx), "node": "train"}
+    return {"train_status": "done", "spent_h": _spent(ctx)}
 
 
 def gate(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -261,7 +255,7 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
-            "spent_h": _spent(ctx), "node": "gate"}
+            "spent_h": _spent(ctx)}
 
 
 def after_train(state: State) -> str:
@@ -361,7 +355,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "lineage": list(lineage),
             "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
-            "spent_h": _spent(ctx), "verdict": state.get("verdict", ""), "node": "commit"}
+            "spent_h": _spent(ctx), "verdict": state.get("verdict", "")}
 
 
 def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -369,18 +363,17 @@ def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
     `_fits` kept its cost back, so it always fits)."""
     ctx = runtime.context
     _evaluation(ctx, state["parent_dir"], state["parent_sha"], ENDPOINT_SPLIT, key=f"endpoint:{ENDPOINT_SPLIT}")
-    return {"spent_h": _spent(ctx), "node": "endpoint"}
+    return {"spent_h": _spent(ctx)}
 
 
 def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
     """Close the history and consolidate it into a new frozen library version."""
     ctx = runtime.context
     ctx.bank.finish_episode(ctx.episode_id)
-    return {"library_version": ctx.bank.consolidate(ctx.episode_id), "node": "consolidate"}
+    return {"library_version": ctx.bank.consolidate(ctx.episode_id)}
 
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
-    """Write runs/ID/report.md and report.html (pure over what the run stored)."""
-    from agent.report import write_report  # noqa: PLC0415 (matplotlib)
+    """Write runs/ID/report.md and report.html from what the run stored (and the world ports' context)."""
     write_report(runtime.context, dict(state))
-    return {"node": "report"}
+    return {}

@@ -7,7 +7,7 @@ LangGraph hands every node as `runtime.context` (`StateGraph(State, context_sche
 
 Every result a side-effecting node produces is written under `runs/ID/steps/<decision hash>/`
 before the node returns, so a node re-run after a crash reads its result back instead of
-training, charging or appending again (see agent/nodes.py).
+training, charging or appending again (see agent/loop/nodes.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Callable, Protocol, TypedDict
 from experience_bank.records import CandidateCard, CurrentContext, Decision, Event, Features, HistoricalRecord, ModelRef, Proposal
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from trainers.ledger import CostModel, Ledger
-from agent.manifest import Manifest
-from agent.rundir import RunDir
+from agent.run.manifest import Manifest
+from agent.run.rundir import RunDir
 
 
 class State(TypedDict, total=False):
@@ -81,8 +81,6 @@ class State(TypedDict, total=False):
     """Why the loop stopped ('' while running)."""
     library_version: int
     """Library version written by consolidation."""
-    node: str
-    """Last node that ran (for the progress display)."""
 
 
 @dataclass(frozen=True)

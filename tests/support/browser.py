@@ -6,7 +6,7 @@ side traffic (component updates, sync, background networking), so a report that 
 anything would show broken images rather than quietly load them.
 
 Run as a script to refresh the README's screenshot of a report:
-    python tests/browser.py runs/ID/report.html docs/report-screenshot.png
+    python tests/support/browser.py runs/ID/report.html docs/report-screenshot.png
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experience_bank.bank import decision_hash
+from experience_bank.hashing import decision_hash
 from experience_bank.hashing import content_hash
 from experience_bank.records import (
     Adapter, Applicability, CandidateCard, DataMix, DataRecipe, DatasetRef, Decision, Event, Features,
@@ -64,7 +64,7 @@ def decision(card_id: str = "S01", action: str = "train") -> Decision:
         A=1.0, H=0, conflicts=(), Q=0.5, nu="restart", chi=0)
     draft = Decision(candidate_id=card_id, action=action, rule=f"bcit.{action}", numbers={"Q": 0.5},
                      policy="bcit", policy_version="v1", features=features, decision_hash="0" * 64)
-    return draft.model_copy(update={"decision_hash": decision_hash(draft)})
+    return draft.model_copy(update={"decision_hash": decision_hash(draft.model_dump(mode="json"))})
 
 
 def event(episode_id: str = "E1", seq: int = 0, card_id: str = "S01", outcome: str = "promoted",

@@ -2,7 +2,7 @@
 the first node runs (the inputs are hashed and committed before anything is launched).
 
 Nothing in it changes during the episode; a resumed episode reads it back from
-`runs/ID/manifest.json` (agent/rundir.py knows where), checks its hash and uses its config,
+`runs/ID/manifest.json` (agent/run/rundir.py knows where), checks its hash and uses its config,
 not the new command line's. It is a typed record: nodes read `manifest.cost.mode`, never
 `manifest["cost"]["mode"]`, so a renamed key is an error where it is read, not a KeyError
 somewhere later.
@@ -19,6 +19,11 @@ from experience_bank.hashing import canonical_json, content_hash
 from experience_bank.records import Frozen, Ident, Sha256, parse_model
 from policies.authorize import LEASE_READING, PolicyConfig
 from policies.gate import GateConfig, uniform_gate_config
+
+
+ENDPOINT_SPLIT = "test"
+"""The held-out split the episode's final parent is scored on once, at the end (the gate reads
+adoption, so an endpoint there would be optimistic)."""
 
 
 class ModelAt(Frozen):

@@ -1,7 +1,10 @@
 """runs/ID/report.md and report.html: what the episode decided, spent and changed.
 
-Pure over what the run stored (bank events, ledger, evaluation results, gate verdicts): a
-report can be rewritten at any time without running a model. Sections: decision table
+It reads what the run stored (bank events, ledger, evaluation results, gate verdicts), plus
+two tables it asks the episode's world ports for: the library's compatibility with each parent
+(compiled against the world's context of that parent) and each child's CapTrack drift. It runs
+no model, but it needs the world's ports: a report is rewritten by the loop's report node, not
+from a run directory alone. Sections: decision table
 (features, action, rule), ledger and budget burn-down, trial fidelity, trajectory of every
 suite across promotions, the CapTrack heat map (evaluators/heatmap.py), the IFEval guard
 over time and each gate check beside its paired noise (n, SE, McNemar p). Both files render
@@ -20,10 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.rundir import RunDir
+from evaluators.heatmap import legend, write_heatmap
 from experience_bank.errors import BadInput
 from experience_bank.records import Event
 from experience_bank.results import GateCheck, GateVerdict, SuiteResult
+from policies.features import compatibility_summary
+
+from agent.run.checkpoints import checkpoint_marks
+from agent.run.manifest import ENDPOINT_SPLIT, Manifest
+from agent.run.rundir import RunDir
+from agent.views.charts import burn_down_chart, ifeval_chart, trajectory_chart
+from agent.views.timing import time_breakdown
 
 
 @dataclass(frozen=True)
@@ -55,10 +65,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-HEATMAP_PNG, HEATMAP_JSON = "captrack_heatmap.png", "captrack_heatmap.json"
-"""The heat map's files beside report.md (the MLflow view attaches them too)."""
-
-
 def _results(rd: RunDir, sha: str, split: str) -> dict[str, SuiteResult] | None:
     return rd.evaluation(sha, split) if rd.has_evaluation(sha, split) else None
 
@@ -87,9 +93,9 @@ def burn_down(events: list[Event], budget_h: float, spent_h: float) -> list[list
     return rows
 
 
-def trajectory(rd: RunDir, manifest: dict, events: list[Event]) -> tuple[list[str], list[list[Any]]]:
+def trajectory(rd: RunDir, manifest: Manifest, events: list[Event]) -> tuple[list[str], list[list[Any]]]:
     """Adoption metrics of the initial parent and of every promoted child, in order."""
-    shas = [("initial", manifest["initial"]["sha256"])]
+    shas = [("initial", manifest.initial.sha256)]
     shas += [(e.candidate_id, _child_sha(rd, e)) for e in events if e.outcome == "promoted"]
     cols: list[str] = []
     rows = []
@@ -102,10 +108,8 @@ def trajectory(rd: RunDir, manifest: dict, events: list[Event]) -> tuple[list[st
 
 
 def endpoint_rows(rd: RunDir, final_sha: str) -> list[list[Any]]:
-    """Every metric of the final parent on the held-out test split (agent.nodes.endpoint), with
+    """Every metric of the final parent on the held-out test split (agent.loop.nodes.endpoint), with
     its adoption value beside it (the split the gate selected on)."""
-    from agent.nodes import ENDPOINT_SPLIT  # noqa: PLC0415
-
     test = _results(rd, final_sha, ENDPOINT_SPLIT) or {}
     adoption = _results(rd, final_sha, "adoption") or {}
     return [[suite, metric, value, adoption[suite].metrics.get(metric) if suite in adoption else None, len(r.items)]
@@ -122,16 +126,10 @@ def ifeval_points(events: list[Event]) -> list[dict[str, Any]]:
     return points
 
 
-def _drop_pp(manifest: dict) -> float:
-    return manifest.get("gate", {}).get("ifeval_max_drop_pp", manifest.get("config", {}).get("gate_ifeval_drop_pp", 2.0))
-
-
-def _heatmap(ctx: Any, manifest: dict, events: list[Event]) -> list[Table | Figure | str]:
+def _heatmap(ctx: Any, manifest: Manifest, events: list[Event]) -> list[Table | Figure | str]:
     """Groups and sub-capabilities x every child that reached the gate (drift % vs the initial parent)."""
-    from evaluators.heatmap import legend, write_heatmap  # noqa: PLC0415 (matplotlib)
-
     rd = ctx.rundir
-    initial = _results(rd, manifest["initial"]["sha256"], "adoption")
+    initial = _results(rd, manifest.initial.sha256, "adoption")
     table = {}
     for e in events:
         child = _child_sha(rd, e)
@@ -139,13 +137,13 @@ def _heatmap(ctx: Any, manifest: dict, events: list[Event]) -> list[Table | Figu
             table[f"{e.seq}:{e.candidate_id}"] = ctx.ports.captrack(initial, _results(rd, child, "adoption"))
     if not table:
         return ["(no child reached the gate: no heat map)"]
-    data = write_heatmap(table, rd.path / HEATMAP_PNG, rd.path / HEATMAP_JSON,
+    data = write_heatmap(table, rd.heatmap_png, rd.heatmap_json,
                          title=f"CapTrack drift vs the initial parent, episode {ctx.episode_id}")
     caption = ("Relative drift (%) of each CapTrack group and sub-capability of a child against the initial "
                "parent (blue better, red worse; grey n/a: unknown, or a base below the floor). Matrix: "
-               f"{HEATMAP_JSON}.")
+               f"{rd.heatmap_json.name}.")
     rows = [[row, meaning, ", ".join(metrics) or "–"] for row, meaning, metrics in legend(data["rows"])]
-    return [Figure("heatmap", (rd.path / HEATMAP_PNG).read_bytes(), caption),
+    return [Figure("heatmap", rd.heatmap_png.read_bytes(), caption),
             Table(["row", "what it measures", "metrics behind it"], rows, id="heatmap-legend")]
 
 
@@ -192,8 +190,6 @@ def _judged(rd: RunDir, events: list[Event]) -> list[tuple[int, str, GateVerdict
 def compatibility_rows(ctx: Any, events: list[Event]) -> list[list[Any]]:
     """The whole library compiled against the initial parent and against every promoted child:
     counts of A, of the parent and data field scores, and of H with the conflicts that fired."""
-    from policies.features import compatibility_summary  # noqa: PLC0415
-
     rd, manifest = ctx.rundir, ctx.manifest
     parents = [(0, manifest.initial.sha256)]
     for e in events:
@@ -213,13 +209,9 @@ def compatibility_rows(ctx: Any, events: list[Event]) -> list[list[Any]]:
 
 def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     """Every section of the report, computed once for both renderings."""
-    from agent.report_charts import burn_down_chart, ifeval_chart, trajectory_chart  # noqa: PLC0415
-
-    from agent.tracking import plain  # noqa: PLC0415
-
-    rd, manifest = ctx.rundir, plain(ctx.manifest)
+    rd, manifest = ctx.rundir, ctx.manifest
     events = ctx.bank.events(ctx.episode_id)
-    spent, budget = ctx.ledger.spent(ctx.episode_id), manifest["budget_device_hours"]
+    spent, budget = ctx.ledger.spent(ctx.episode_id), manifest.budget_device_hours
     summary = (f"Manifest {state.get('manifest_hash', '')[:16]}; stopped: {state.get('stop_reason', '')}; "
                f"promotions: {state.get('stage', 0)}; new library version: {state.get('library_version', '–')}; "
                f"spent {spent:.3f} of {budget:.3f} device-hours.")
@@ -242,7 +234,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     fid = [[e.candidate_id, e.fidelity["trial_delta_val"], e.fidelity["full_delta_adoption"]] for e in events if e.fidelity]
     out.append(Section("Trial fidelity (trial vs full run, where both ran)", [
         Table(["candidate", "trial Δval pp", "full Δadoption pp"], fid) if fid else "(no candidate ran both)"]))
-    ends = endpoint_rows(rd, state.get("parent_sha") or manifest["initial"]["sha256"])
+    ends = endpoint_rows(rd, state.get("parent_sha") or manifest.initial.sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",
         Table(["suite", "metric", "test", "adoption", "test items"], ends, id="endpoint") if ends
@@ -253,9 +245,9 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
                "strict) for the initial parent and every promoted child; the table lists every metric."),
         Table(header, rows)]))
     out.append(Section("CapTrack heat map", _heatmap(ctx, manifest, events)))
-    initial = _results(rd, manifest["initial"]["sha256"], "adoption") or {}
+    initial = _results(rd, manifest.initial.sha256, "adoption") or {}
     base = dict(initial["ifeval"].metrics) if "ifeval" in initial else {}
-    points, drop = ifeval_points(events), _drop_pp(manifest)
+    points, drop = ifeval_points(events), manifest.gate.ifeval_max_drop_pp
     guard_rows = [[p["seq"], p["candidate"], ", ".join(f"{k}={v:.1f}" for k, v in sorted(p.items())
                                                          if isinstance(v, float)), p["outcome"]] for p in points]
     out.append(Section("IFEval guard over time", [
@@ -266,7 +258,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     out.append(Section("Gate checks beside the noise (paired, by item id)", [
         "Paired Δ: mean per-item change in correctness (pp) against the initial parent (the target: against "
         "the current parent), with its standard error and the exact McNemar p on the items that changed. A "
-        f"CapTrack regime worse than moderate needs {manifest.get('gate', {}).get('min_severe_items', '–')} items.",
+        f"CapTrack regime worse than moderate needs {manifest.gate.min_severe_items} items.",
         Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
     out.append(time_section(ctx))
     return out
@@ -278,10 +270,8 @@ report that differs between an episode run with and without the run cache."""
 
 
 def time_section(ctx: Any) -> Section:
-    """Trials, full runs, evaluations and the control plane, up to the report (agent.timing);
+    """Trials, full runs, evaluations and the control plane, up to the report (agent.views.timing);
     charges the run cache served are counted apart, at the seconds they cost when they ran."""
-    from agent.timing import checkpoint_marks, time_breakdown  # noqa: PLC0415
-
     rd = ctx.rundir
     marks = checkpoint_marks(rd.checkpoints_file, ctx.episode_id) if rd.checkpoints_file.is_file() else []
     wall = time.time() - marks[0][1] if marks else 0.0
@@ -307,18 +297,18 @@ def write_report(ctx: Any, state: dict[str, Any]) -> Path:
     for s in parts:
         for b in s.blocks:
             if isinstance(b, Figure) and b.id != "heatmap":  # the heat map wrote its own file
-                (rd.path / f"{b.id}.png").write_bytes(b.png)
-    rd.report_md.write_text(markdown(parts, ctx.episode_id), encoding="utf-8")
+                rd.figure_file(b.id).write_bytes(b.png)
+    rd.report_md.write_text(markdown(parts, rd), encoding="utf-8")
     rd.report_html.write_text(page(parts, ctx.episode_id), encoding="utf-8")
     return rd.report_md
 
 
-def _md_file(fig: Figure) -> str:
-    return HEATMAP_PNG if fig.id == "heatmap" else f"{fig.id}.png"
+def _md_file(rd: RunDir, fig: Figure) -> str:
+    return (rd.heatmap_png if fig.id == "heatmap" else rd.figure_file(fig.id)).name
 
 
-def markdown(parts: list[Section], episode_id: str) -> str:
-    lines = [f"# Episode {episode_id}"]
+def markdown(parts: list[Section], rd: RunDir) -> str:
+    lines = [f"# Episode {rd.episode_id}"]
     for s in parts:
         lines += ["", f"## {s.title}", ""]
         for b in s.blocks:
@@ -326,7 +316,7 @@ def markdown(parts: list[Section], episode_id: str) -> str:
                 lines += ["| " + " | ".join(b.header) + " |", "|" + "---|" * len(b.header)]
                 lines += ["| " + " | ".join(_fmt(c).replace("|", "/") for c in r) + " |" for r in b.rows]
             elif isinstance(b, Figure):
-                lines += [f"![{b.caption}]({_md_file(b)})"]
+                lines += [f"![{b.caption}]({_md_file(rd, b)})"]
             else:
                 lines.append(b)
             lines.append("")

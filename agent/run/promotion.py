@@ -18,13 +18,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from agent.killpoints import kill_point
+from agent.run.killpoints import kill_point
+from agent.run.rundir import RunDir
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen, Sha256, parse_model
 from experience_bank.results import GateVerdict
-
-POINTER = "parent.json"
 
 
 class ModelPointer(Frozen):
@@ -48,12 +47,12 @@ class ParentFile(Frozen):
 
 
 def _write_atomic(run_dir: Path, state: ParentFile, before_replace=None) -> None:
-    write_atomic(run_dir / POINTER, state.model_dump_json(indent=2) + "\n", before_replace)
+    write_atomic(RunDir(Path(run_dir)).parent_file, state.model_dump_json(indent=2) + "\n", before_replace)
 
 
 def read_pointer(run_dir: str | os.PathLike) -> ParentFile:
     """The whole parent.json; BadInput when the run has none."""
-    path = Path(run_dir) / POINTER
+    path = RunDir(Path(run_dir)).parent_file
     if not path.is_file():
         raise BadInput(f"{path} not found: initialise the run's parent first (init_parent)")
     return parse_model(ParentFile, path.read_text(encoding="utf-8"), "parent.json")
@@ -68,11 +67,11 @@ def init_parent(run_dir: str | os.PathLike, path: str, sha256: str) -> ParentFil
     """Set the initial parent once; a second call with the same model is a no-op."""
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    if (run / POINTER).is_file():
+    if RunDir(run).parent_file.is_file():
         state = read_pointer(run)
         if state.promotions == 0 and state.parent.sha256 == sha256:
             return state
-        raise BadInput(f"{run / POINTER} already holds parent {state.parent.sha256[:12]}; use a fresh run directory")
+        raise BadInput(f"{RunDir(run).parent_file} already holds parent {state.parent.sha256[:12]}; use a fresh run directory")
     state = ParentFile(parent=ModelPointer(path=str(path), sha256=sha256))
     _write_atomic(run, state)
     return state

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 from experience_bank.errors import BadInput
-from experience_bank.files import read_only
 
 PARTS = {"trial": "trials", "train": "full_runs", "eval": "evaluations"}
 """Ledger kind -> part of the breakdown; the control plane is the remainder."""
@@ -70,27 +69,3 @@ def node_seconds(marks: list[tuple[str, float]]) -> dict[str, dict]:
         span["seconds"] += end - start
         span["runs"] += 1
     return dict(sorted(spans.items(), key=lambda kv: -kv[1]["seconds"]))
-
-
-def checkpoint_marks(path, episode_id: str) -> list[tuple[str, float]]:
-    """(node that ran after the checkpoint, checkpoint timestamp) from an episode's LangGraph
-    checkpoint file, in checkpoint order; read-only, so a live episode can read its own."""
-    from datetime import datetime  # noqa: PLC0415
-
-    from agent.episode import strict_serde  # noqa: PLC0415
-
-    serde = strict_serde()
-    conn = read_only(path)
-    try:
-        node_of: dict[str, str] = {}
-        for cid, task_path in conn.execute("SELECT checkpoint_id, task_path FROM writes WHERE thread_id = ?",
-                                           [episode_id]):
-            node_of.setdefault(cid, task_path.split(", ")[-1])
-        marks = []
-        for cid, kind, blob in conn.execute("SELECT checkpoint_id, type, checkpoint FROM checkpoints "
-                                            "WHERE thread_id = ? ORDER BY checkpoint_id", [episode_id]):
-            ts = serde.loads_typed((kind, blob))["ts"]
-            marks.append((node_of.get(cid, "(end)"), datetime.fromisoformat(ts).timestamp()))
-        return marks
-    finally:
-        conn.close()

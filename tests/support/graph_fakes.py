@@ -8,7 +8,7 @@ the evaluator reads it back; the gate promotes iff the target rose. Every
 trainer start/finish is logged to `calls.jsonl`, so a test can count completed trainings.
 `FAKE_KILL=<point>` SIGKILLs the process at that point (for the kill/resume tests).
 
-Run as a script (`python tests/test_graph_fakes.py RUN_DIR`) to drive one fake episode.
+Run as a script (`python tests/support/graph_fakes.py RUN_DIR`) to drive one fake episode.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
 
-import bank_factory as bf  # noqa: E402
-from experience_bank.bank import Bank, decision_hash  # noqa: E402
-from experience_bank.hashing import canonical_json, content_hash  # noqa: E402
+from support import bank_factory as bf  # noqa: E402
+from experience_bank.bank import Bank  # noqa: E402
+from experience_bank.hashing import content_hash  # noqa: E402
 from experience_bank.records import CurrentContext, ModelRef  # noqa: E402
 from policies.features import features_from_row  # noqa: E402
 from trainers.steps import trial_steps  # noqa: E402
@@ -207,10 +207,10 @@ def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
 def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
              fallback_lease: int = 1, cards=tuple(PLAN), ports=None):
     from agent.config import RunConfig
-    from agent.episode import RunAudit
-    from agent.manifest import Evaluators, ModelAt, WorldId, build_manifest
-    from agent.rundir import RunDir
-    from agent.state import Ctx, Entry
+    from agent.run.audit import RunAudit
+    from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+    from agent.run.rundir import RunDir
+    from agent.loop.state import Ctx, Entry
     from trainers.ledger import Ledger
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +241,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
 
 
 def run_fake(run_dir: Path, **kw) -> dict:
-    from agent.episode import drive
+    from agent.loop.episode import drive
 
     ctx, initial, bank = make_ctx(run_dir, **kw)
     try:

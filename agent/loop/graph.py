@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from langgraph.graph import END, START, StateGraph
 
-from agent import nodes
-from agent.state import Ctx, State
+from agent.loop import nodes
+from agent.loop.state import Ctx, State
 
 
 def build_graph(checkpointer=None):

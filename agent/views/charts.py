@@ -1,6 +1,6 @@
 """The report's charts as PNG bytes: budget burn-down, suite trajectories, IFEval guard.
 
-Each function takes the same rows the report's tables show (agent/report.py computes them
+Each function takes the same rows the report's tables show (agent/views/report.py computes them
 once) and returns a PNG, so report.md links the file and report.html embeds the bytes. Sized
 for a laptop-width page (about 1000 px wide at 100 dpi); matplotlib's Agg backend, no display.
 """
@@ -19,16 +19,16 @@ OUTCOME_COLOURS = {"promoted": "#1a7f37", "rolled_back": "#cf222e", "trial_faile
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib)
 
     return plt
 
 
 def _integer_x(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 (matplotlib)
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 

@@ -30,15 +30,22 @@ trainer curves are the final metrics TRL returned (`TrainResult.log`), logged he
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import re
 import sys
+import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from agent.run.promotion import read_pointer
+from agent.run.rundir import RunDir
+from agent.run.runlock import hold
 
 EXPERIMENT = "posttrain-agent"
 CHAMPION, PREVIOUS = "champion", "previous"
@@ -94,8 +101,6 @@ class Tracker:
     """One episode's MLflow view. Every public method is a no-op once the tracker is down."""
 
     def __init__(self, uri: str, run_dir: Path, say: Callable[[str], None]):
-        from agent.rundir import RunDir  # noqa: PLC0415
-
         self.uri, self.run_dir, self.say = uri, run_dir, say
         self.rundir = RunDir(run_dir)
         self.down = False
@@ -140,7 +145,6 @@ class Tracker:
         _check_store(self.uri)
         if not self.uri.startswith("sqlite:///"):
             return fn()
-        import warnings  # noqa: PLC0415
 
         lock = Path(self.uri.removeprefix("sqlite:///").split("?", 1)[0] + ".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +211,7 @@ class Tracker:
         return {r.data.tags["decision_hash"]: r for r in runs if "decision_hash" in r.data.tags}
 
     def _log_decision(self, client, event, card: dict):
-        from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415
+        from mlflow.entities import Metric, Param  # noqa: PLC0415
 
         d, f = event.decision, event.decision.features
         dh, rd = d.decision_hash, self.rundir
@@ -287,7 +291,6 @@ class Tracker:
 
     def _move_champion(self, client, lineage: str) -> None:
         """`champion` follows parent.json (the truth); the champion it replaces becomes `previous`."""
-        from agent.promotion import read_pointer  # noqa: PLC0415
 
         sha = read_pointer(self.run_dir).parent.sha256
         mine = client.search_model_versions(f"name = '{lineage}' and tag.sha256 = '{sha}'")
@@ -312,11 +315,9 @@ class Tracker:
 
     def _finish(self, finished: bool) -> None:
         client = self._mlflow()
-        from agent.report import HEATMAP_JSON, HEATMAP_PNG  # noqa: PLC0415
-
         rd = self.rundir
         for path in (rd.manifest_file, rd.parent_file, rd.decisions_file, rd.outcomes_file, rd.report_md,
-                     rd.report_html, rd.path / HEATMAP_PNG, rd.path / HEATMAP_JSON):
+                     rd.report_html, rd.heatmap_png, rd.heatmap_json):
             if path.is_file():
                 client.log_artifact(self._run_id, str(path))
         if finished:
@@ -325,9 +326,6 @@ class Tracker:
 
 def _lock_within(fd: int, wait_s: float, path: Path) -> None:
     """An exclusive flock on fd, or TimeoutError after wait_s (another process may hold it for ever)."""
-    import fcntl  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -349,11 +347,9 @@ def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] =
     `agent runs ls` tells a live run from a killed one) and, when enabled, the MLflow view,
     synced after every `commit` and at the end.
 
-    `ctx` is the episode's runtime context (agent.state.Ctx): the bank's events, the ledger's
+    `ctx` is the episode's runtime context (agent.loop.state.Ctx): the bank's events, the ledger's
     charges and the entries' cards are read from it; everything else from the run directory.
     """
-    from agent.runlock import hold  # noqa: PLC0415
-
     with hold(ctx.run_dir):
         if not enabled:
             yield None
@@ -378,10 +374,8 @@ def tracked(ctx, *, enabled: bool, uri: str | None, say: Callable[[str], None] =
             yield tracker
         finally:
             ctx.progress = inner
-        from agent.experiments.compare import finished  # noqa: PLC0415 (the one "episode ended" rule)
-
         sync()
-        tracker.finish(finished=finished(ctx.run_dir))
+        tracker.finish(finished=RunDir(ctx.run_dir).finished())
 
 
 def _flat(prefix: str, value: Any) -> dict[str, float]:
@@ -400,14 +394,15 @@ def log_comparison(out: Path, uri: str | None = None, say: Callable[[str], None]
     Returns the run id (None when the tracker is down: warned once, nothing else changes).
     """
     tracker = Tracker(tracking_uri(uri, out / "episodes"), out / "episodes" / "compare", say)
-    return tracker._guarded("logging the comparison", lambda: tracker._serialised(lambda: _log_comparison(tracker, out)))
+    return tracker._guarded("logging the comparison",  # noqa: SLF001 (this module's own Tracker)
+                            lambda: tracker._serialised(lambda: _log_comparison(tracker, out)))  # noqa: SLF001
 
 
 def _log_comparison(tracker: Tracker, out: Path) -> str:
     from mlflow.entities import Metric, RunTag  # noqa: PLC0415
 
-    client = tracker._mlflow()
-    exp = tracker._experiment(client)
+    client = tracker._mlflow()  # noqa: SLF001 (this module's own Tracker)
+    exp = tracker._experiment(client)  # noqa: SLF001
     where = str(out.resolve())
     found = client.search_runs([exp], f"tags.kind = 'compare' and tags.compare_dir = '{where}'", max_results=1)
     run = found[0] if found else client.create_run(exp, tags={"kind": "compare", "compare_dir": where},

@@ -21,16 +21,17 @@ from pathlib import Path
 
 from experience_bank.errors import BadInput
 
-LOCK = "run.lock"
+from agent.run.rundir import RunDir
 
 
 @contextmanager
 def hold(run_dir: Path) -> Iterator[None]:
     """Hold the run's lock while the body runs; BadInput when another live process holds it."""
+    lock = RunDir(run_dir).lock_file
     try:  # O_NOFOLLOW: a run.lock planted as a link would have its target truncated and written
-        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
-        raise BadInput(f"cannot open {run_dir / LOCK} ({exc.strerror}): it must be a plain file; "
+        raise BadInput(f"cannot open {lock} ({exc.strerror}): it must be a plain file; "
                        "remove it if it is a link") from None
     try:
         try:
@@ -46,7 +47,7 @@ def hold(run_dir: Path) -> Iterator[None]:
 
 def running(run_dir: Path) -> bool:
     """True while a live process holds the run's lock (never blocks, never creates the file)."""
-    path = run_dir / LOCK
+    path = RunDir(run_dir).lock_file
     if not path.is_file() or path.is_symlink():  # a link is no lock `hold` ever took
         return False
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

@@ -1,20 +1,24 @@
 """RunDir: the one piece of code that knows a run directory's layout.
 
-    runs/ID/manifest.json            the frozen, hashed Manifest (agent/manifest.py)
-    runs/ID/parent.json              the promotion pointer with its rollback target (agent/promotion.py)
+    runs/ID/manifest.json            the frozen, hashed Manifest (agent/run/manifest.py)
+    runs/ID/parent.json              the promotion pointer with its rollback target (agent/run/promotion.py)
     runs/ID/ledger.sqlite            every charge, once (trainers/ledger.py)
     runs/ID/decisions.jsonl          the hash-chained decision ledger (policies/audit.py)
     runs/ID/outcomes.jsonl           one OutcomeCell per decision that ran (policies/audit.py)
-    runs/ID/proposals.json           the LLM's frozen answer (agent/proposer.py)
+    runs/ID/proposals.json           the LLM's frozen answer (agent/loop/proposer.py)
     runs/ID/filtered.json            candidates the executability filter dropped, with reasons
     runs/ID/checkpoints.sqlite       LangGraph's checkpoints (resume)
     runs/ID/evals/<sha16>-<split>/   raw generations, results.json and wall.json of one model on one split
     runs/ID/steps/<NNN>-decision.json  the frozen decision of the NNN-th candidate
     runs/ID/steps/<hash16>/          one decision's trial.json, train.json, verdict.json and checkpoints
-    runs/ID/report.md, report.html   the report
+    runs/ID/report.md, report.html   the report, its figures (<id>.png) and the CapTrack heat map
+                                     (captrack_heatmap.png, captrack_heatmap.json)
+    runs/ID/run.lock                 held by the live process that runs the episode (agent/run/runlock.py)
 
-The loop, the report, `agent compare` and `agent runs` read runs through this type; none of
-them spells a path of its own.
+A run has finished when its report exists: the report is the loop's last node.
+
+Every other module reads and writes a run directory through this type (the decision ledger's
+and the outcome cells' names are policies.audit's, which `agent audit` reads on its own).
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ from experience_bank.hashing import canonical_json
 from experience_bank.records import parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
-from agent.manifest import Manifest, parse_manifest
-from agent.promotion import POINTER
+from agent.run.manifest import Manifest, parse_manifest
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class RunDir:
 
     @property
     def parent_file(self) -> Path:
-        return self.path / POINTER
+        return self.path / "parent.json"
 
     @property
     def ledger_file(self) -> Path:
@@ -83,6 +86,26 @@ class RunDir:
     @property
     def report_html(self) -> Path:
         return self.path / "report.html"
+
+    def figure_file(self, figure_id: str) -> Path:
+        """A report figure's PNG beside report.md."""
+        return self.path / f"{figure_id}.png"
+
+    @property
+    def heatmap_png(self) -> Path:
+        return self.path / "captrack_heatmap.png"
+
+    @property
+    def heatmap_json(self) -> Path:
+        return self.path / "captrack_heatmap.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / "run.lock"
+
+    def finished(self) -> bool:
+        """Whether the episode ran to its end: the report is the loop's last node."""
+        return self.report_md.exists()
 
     def started(self) -> bool:
         """Whether an episode was frozen here (its manifest exists)."""

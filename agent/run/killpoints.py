@@ -3,9 +3,9 @@ first) it reaches the named point, as `kill -9` would: no cleanup, no atexit, no
 
 It exists so that tests/test_kill_real.py can land kills at exact places of a real episode:
 - after a graph node, by its name (`authorize`, `validate`, `train`, `gate`, `commit`, ...), from
-  agent/episode.py's drive loop, `commit:2` being the second commit of this process;
+  agent/loop/episode.py's drive loop, `commit:2` being the second commit of this process;
 - `promote.replace`: inside a promotion, with the new parent.json written and fsync'd to its
-  temporary file but not yet renamed over the old one (agent/promotion.py);
+  temporary file but not yet renamed over the old one (agent/run/promotion.py);
 - `promote.done`: the pointer moved, the event not yet appended.
 Kills inside training or evaluation need no hook: the test kills from outside when the trainer's
 or evaluator's files appear. Nothing in the product sets the variable; unset, a call costs one

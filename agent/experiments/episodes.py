@@ -1,0 +1,141 @@
+"""What one finished episode recorded, read from its run directory and its own bank: the
+EpisodeResult `agent compare` aggregates (agent/experiments/compare.py) and writes
+(agent/experiments/compare_output.py).
+
+"Endpoint" is the final parent's scores on the held-out test split (ENDPOINT_SPLIT), which `agent
+run` evaluates once at the end of every episode; the adoption-split figure, which the gate
+selected on and so is optimistic, is kept beside it (`endpoint_adoption`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypedDict
+
+from experience_bank.families import family_targets
+from experience_bank.records import Event
+
+from agent.run.manifest import ENDPOINT_SPLIT, Manifest
+from agent.run.rundir import RunDir
+from experience_bank.bank import Bank
+from trainers.ledger import Ledger
+
+IFEVAL_METRICS = ("ifeval.prompt_strict", "ifeval.inst_strict")
+"""The retention metrics compare reports beside each endpoint."""
+PAIRING_KEYS = ("library_version", "candidates_sha256", "budget_device_hours", "initial.sha256")
+"""Manifest values that must agree across the policies of one seed."""
+
+
+def adoption_metrics(run: RunDir, sha: str, split: str = "adoption") -> dict[str, float]:
+    """Flat `suite.metric` values of one model's evaluation on a split ({} when not recorded)."""
+    if not run.has_evaluation(sha, split):
+        return {}
+    return {f"{s}.{k}": v for s, r in run.evaluation(sha, split).items() for k, v in r.metrics.items()
+            if v is not None}
+
+
+def _events(manifest: Manifest) -> list[Event]:
+    """The episode's executed events, from its own bank's hash-chained history (the run
+    directory's outcomes.jsonl holds audit outcome cells, not events)."""
+    with Bank.open(manifest.config["bank"]) as bank:
+        return bank.events(manifest.episode_id)
+
+
+def _manifest_value(manifest, dotted: str) -> Any:
+    value: Any = manifest.model_dump(mode="json")
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _targets(metrics: dict[str, float]) -> dict[str, float]:
+    return {fam: metrics[key] for fam, key in family_targets().items() if key in metrics}
+
+
+def _authorized(event: Event) -> bool:
+    """A full run was authorized: it ran, or the decision allowed it and only the budget refused it."""
+    return event.full_run in ("ran", "refused")
+
+
+class EpisodeResult(TypedDict, total=False):
+    """What compare reads of one episode (JSON in compare.json; `policy`, `seed` and `status` are
+    added by the job that ran it). Scores are pp on the target capability of each family."""
+
+    run_dir: str
+    budget_h: float
+    families: list[str]
+    initial_sha256: str
+    pairing: dict[str, Any]
+    """PAIRING_KEYS -> the manifest's value."""
+    endpoint: dict[str, float]
+    """The final parent on the test split (ENDPOINT_SPLIT), by family."""
+    endpoint_adoption: dict[str, float]
+    """The final parent on the adoption split (what the gate selected on: optimistic)."""
+    initial: dict[str, float]
+    ifeval: dict[str, float | None]
+    ifeval_adoption: dict[str, float | None]
+    ifeval_initial: dict[str, float | None]
+    promotions: int
+    authorizations: int
+    decisions: int
+    wasted_h: float
+    """Device-hours of decisions that promoted nothing."""
+    spent_h: float
+    trajectory: list[list[Any]]
+    """[device-hours spent, the parent's adoption scores by family] after each decision."""
+    cache: dict[str, Any]
+    policy: str
+    seed: int
+    status: str
+
+
+def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> EpisodeResult:
+    """The recorded results of one finished episode.
+
+    An episode that ran no full run never scored its initial parent on adoption (only the gate
+    does); `initial_adoption` then supplies those scores, read from a paired episode that did
+    (the same weights on the same items: see `collect`)."""
+    run = RunDir(run_dir)
+    manifest = run.manifest()
+    events = sorted(_events(manifest), key=lambda e: e.seq)
+    parent = adoption_metrics(run, manifest.initial.sha256) or dict(initial_adoption or {})
+    initial, final_sha = dict(parent), manifest.initial.sha256
+    hours, trajectory = 0.0, [[0.0, _targets(parent)]]
+    for e in events:
+        hours += e.cost_device_hours
+        if e.outcome == "promoted":
+            final_sha = run.verdict(e.decision.decision_hash).child_sha256
+            parent = adoption_metrics(run, final_sha)
+        trajectory.append([round(hours, 9), _targets(parent)])
+    test = adoption_metrics(run, final_sha, ENDPOINT_SPLIT)
+    if not test:
+        raise ValueError(f"{run_dir}: the final parent {final_sha[:12]} has no {ENDPOINT_SPLIT}-split evaluation "
+                         "(an episode finished before the endpoint existed): run it again")
+    return {
+        "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
+        "families": sorted(_targets(test)), "initial_sha256": manifest.initial.sha256,
+        "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
+        "endpoint": _targets(test), "endpoint_adoption": _targets(parent), "initial": _targets(initial),
+        "ifeval": {k: test.get(k) for k in IFEVAL_METRICS}, "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
+        "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
+        "promotions": sum(e.outcome == "promoted" for e in events),
+        "authorizations": sum(_authorized(e) for e in events),
+        "decisions": len(events),
+        "wasted_h": round(sum(e.cost_device_hours for e in events if e.outcome != "promoted"), 9),
+        "spent_h": round(hours, 9), "trajectory": trajectory, "cache": _cache_use(run, manifest.episode_id),
+    }
+
+
+def _cache_use(run: RunDir, episode_id: str) -> dict[str, Any]:
+    """Charges the run cache served (of all the episode's charges) and the wall-clock they had
+    cost when they ran: the seconds this episode did not spend."""
+    rows = Ledger(str(run.ledger_file)).charges(episode_id) if run.ledger_file.is_file() else []
+    served = [r for r in rows if r.get("cached")]
+    return {"hits": len(served), "charges": len(rows), "saved_s": round(sum(r["wall_seconds"] for r in served), 3)}
+
+
+def endpoint_mean(ep: EpisodeResult, field: str = "endpoint") -> float | None:
+    """Mean over the target capabilities of the final parent on the test split (`field`
+    "endpoint_adoption": on the adoption split); None if any is missing."""
+    vals = [ep[field].get(f) for f in ep["families"]]
+    return None if not vals or None in vals else sum(vals) / len(vals)

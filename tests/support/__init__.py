@@ -1,0 +1,1 @@
+"""Helpers the tests share: record factories, the loop's fakes at its boundary, a headless browser."""
