@@ -31,6 +31,7 @@ from experience_bank.results import GateVerdict, SuiteResult, TrainResult, Trial
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
+from agent.modelcard import write_promotion_cards
 from agent.state import Ctx, State
 
 # --- keyed results ---------------------------------------------------------------------
@@ -247,7 +248,8 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost, cached=was_cached(result.checkpoint))
-    return {"train_status": "done", "spent_h": _spent(ctx), "node": "train"}
+    return {"train_status": "done", "spent_h": _spent(ctx), "node": "train",
+            "decision_hash": dh, "candidate_id": card.id}  # the same values: observers (the registry) read them
 
 
 def gate(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -348,6 +350,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     parent_dir, parent_sha, stage, lineage = state["parent_dir"], state["parent_sha"], state["stage"], _lineage(state)
     if outcome == "promoted":
         run, verdict = ctx.rundir.train(decision.decision_hash), ctx.rundir.verdict(decision.decision_hash)
+        write_promotion_cards(ctx, state, event, _card(ctx, state), run, verdict)  # the folder carries its card
         parent_dir = ctx.ports.promote(str(ctx.run_dir), run.checkpoint, verdict)
         parent_sha, stage, lineage = run.checkpoint_sha256, stage + 1, (*lineage, state["parent_sha"])
     ctx.bank.append_event(event)
