@@ -59,6 +59,12 @@ class RunConfig(BaseModel):
     out: str | None = None
     """Run directory; default runs/<episode id>."""
 
+    # --- the user's own candidates (agent/usercards) ------------------------------------
+    cards: str | None = None
+    """Folder of cards `agent cards import` wrote: decided beside the library's catalogue."""
+    cards_only: bool = False
+    """Decide only the folder's cards (and any proposals), not the catalogue."""
+
     # --- proposals ----------------------------------------------------------------------
     proposer: Literal["catalogue", "openai"] = "catalogue"
     """Catalogue only, or catalogue plus an OpenAI-compatible LLM."""
@@ -142,7 +148,7 @@ class RunConfig(BaseModel):
 
 
 FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet",
-             "tracking", "tracking_uri")
+             "tracking", "tracking_uri", "cards", "cards_only")
 """Config keys that `agent run` also takes as flags (flags win)."""
 
 

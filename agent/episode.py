@@ -153,6 +153,12 @@ def check_inputs(cfg: RunConfig) -> float:
     from evaluators.generate import check_backend
 
     check_backend(cfg.backend)
+    if cfg.cards is not None or cfg.cards_only:
+        from agent.usercards.folder import read_folder
+
+        if cfg.cards is None:
+            raise BadInput("--cards-only needs --cards DIR (the folder of imported recipes)")
+        read_folder(cfg.cards)
     check_launch(cfg.launcher, cfg.deepspeed_config)
     bank = Path(cfg.bank)
     check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
@@ -233,6 +239,10 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
         library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
         allowlist=_allowlist(world, bank).manifest())
     run_dir.path.mkdir(parents=True, exist_ok=True)
+    if cfg.cards is not None:  # frozen before the manifest: a started run always has its cards
+        from agent.usercards.folder import freeze, read_folder
+
+        freeze(run_dir.path, read_folder(cfg.cards, _allowlist(world, bank).taken_ids))
     run_dir.freeze(manifest)
     init_parent(run_dir.path, world.base_dir, world.model.sha256)
     return manifest
@@ -249,7 +259,11 @@ def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, s
     from agent.proposer import load_proposals
     from trainers.ledger import Ledger
 
-    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
+    from agent.usercards.folder import frozen
+
+    entries = {} if cfg.cards_only else {e.hash: Entry(e.hash, e.record, e.conflicted)
+                                         for e in bank.library_records(manifest.library_version)}
+    entries |= {h: Entry(h, record) for h, record in frozen(run_dir.path)}  # the user's imported cards
     entries |= {e.hash: e for e in load_proposals(run_dir.path)}
     ports = WorldPorts(world, cfg, _allowlist(world, bank), manifest)
     return Ctx(rundir=run_dir, episode_id=run_dir.episode_id, manifest=manifest, entries=entries, ports=ports,

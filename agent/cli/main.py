@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "agent.cli.measure",   # compare, retrospective
     "agent.cli.runs",      # runs ls
     "agent.cli.cache",     # cache ls, cache gc
+    "agent.cli.cards",     # cards import
 )
 
 # The example shown by `--help` of a command whose module gives none of its own (every

@@ -25,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--proposer", choices=("catalogue", "openai"), help="catalogue only, or plus an LLM")
     p.add_argument("--base-url", dest="base_url", help="OpenAI-compatible endpoint (proposer openai)")
     p.add_argument("--model", help="model name at that endpoint (proposer openai)")
+    p.add_argument("--cards", metavar="DIR", help="folder of imported recipes (agent cards import) to decide too")
+    p.add_argument("--cards-only", dest="cards_only", action="store_true", default=None,
+                   help="decide the --cards folder instead of the library's catalogue")
     p.add_argument("--resume", metavar="ID", help="resume the run runs/ID (or a run directory) where it stopped")
     p.add_argument("--quiet", action="store_true", default=None, help="log lines only, no live display")
     p.add_argument("--tracking-uri", dest="tracking_uri", metavar="URI",
