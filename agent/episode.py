@@ -41,8 +41,9 @@ def strict_serde() -> JsonPlusSerializer:
     return JsonPlusSerializer(pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=None)
 
 
-def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any]:
-    """Run the graph to its end, or resume it from its last checkpoint; return the final state."""
+def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path, answer: dict | None = None) -> dict[str, Any]:
+    """Run the graph to its end, or resume it from its last checkpoint; return the final state.
+    `answer` resumes an episode paused for approval (agent/approval.py) with a person's answer."""
     conn = sqlite3.connect(str(checkpoints), check_same_thread=False)
     try:
         graph = build_graph(SqliteSaver(conn, serde=strict_serde()))
@@ -51,6 +52,10 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
         if snapshot.values and not snapshot.next:
             return dict(snapshot.values)  # finished already
         start = None if snapshot.values else initial
+        if answer is not None:
+            from langgraph.types import Command
+
+            start = Command(resume=answer)
         for chunk in graph.stream(start, config, context=ctx, durability="sync", stream_mode="updates"):
             for node, update in chunk.items():
                 ctx.progress(node, update or {})
@@ -153,6 +158,9 @@ def check_inputs(cfg: RunConfig) -> float:
     from evaluators.generate import check_backend
 
     check_backend(cfg.backend)
+    from agent.approval import kinds
+
+    kinds(cfg.approve)
     if cfg.cards is not None or cfg.cards_only:
         from agent.usercards.folder import read_folder
 
@@ -169,8 +177,9 @@ def check_inputs(cfg: RunConfig) -> float:
     return budget_h
 
 
-def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[str, Any]:
-    """Run (or resume) one episode; return its final state."""
+def run_episode(cfg: RunConfig, resume: str | None = None, say=print, answer: dict | None = None) -> dict[str, Any]:
+    """Run (or resume) one episode; return its final state (with `run_dir`). `answer`: a
+    person's approval of the decision the episode waits on (agent approve)."""
     if resume:
         run_dir = _run_dir(cfg, resume)
         manifest = run_dir.manifest()
@@ -192,7 +201,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
         from agent.tracking import tracked  # the MLflow view (a tracker that is down warns once)
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
-            return drive(ctx, initial, run_dir.checkpoints_file)
+            return drive(ctx, initial, run_dir.checkpoints_file, answer) | {"run_dir": str(run_dir.path)}
     finally:
         bank.close()
 

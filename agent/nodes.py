@@ -31,6 +31,7 @@ from experience_bank.results import GateVerdict, SuiteResult, TrainResult, Trial
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
+from agent import approval
 from agent.modelcard import write_promotion_cards
 from agent.state import Ctx, State
 
@@ -244,6 +245,9 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
                 "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx), "node": "train"}
+    if (no := approval.hold(ctx, state, "train", estimate)) is not None:  # --approve train, answered no
+        return {"train_status": "not_started", "decided_by": approval.why(no), "refused": approval.why(no),
+                "spent_h": _spent(ctx), "node": "train"}
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
@@ -262,6 +266,8 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     child_ad = _evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
     verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
+    if verdict.promote and (no := approval.hold(ctx, state, "promote", _charged(ctx, [f"{dh}:train"])[0])) is not None:
+        return {"verdict": "rollback", "decided_by": approval.why(no), "spent_h": _spent(ctx), "node": "gate"}
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
             "spent_h": _spent(ctx), "node": "gate"}
 

@@ -231,6 +231,11 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         "Every library record compiled against the initial parent and each promoted child (counts of each value).",
         Table(["stage", "parent", "records", "A", "parent field", "data field", "H", "hard conflicts"],
               compatibility_rows(ctx, events), id="compatibility")]))
+    from agent.approval import report_rows  # noqa: PLC0415
+
+    if approvals := report_rows(rd.path):
+        out.append(Section("Approvals (approvals.jsonl, hash-chained)", [Table(
+            ["#", "before", "candidate", "decision", "device h", "answer", "by", "reason"], approvals, id="approvals")]))
     answered = json.loads(rd.proposals_file.read_text()) if rd.proposals_file.exists() else []
     if answered:
         out.append(Section("LLM proposals", [Table(["#", "status", "reason"], [
