@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+
 
 
 def _why_skip() -> str | None:
@@ -38,6 +38,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_openai_backend_generates_through_a_vllm_server(tmp_path, monkeypatch):
     from evaluators import tasks
@@ -65,3 +66,15 @@ def test_openai_backend_generates_through_a_vllm_server(tmp_path, monkeypatch):
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+def test_the_gpu_extra_is_pinned_and_the_marker_registered():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extra = project["project"]["optional-dependencies"]["gpu"]
+    # an unpinned requirement is what made the extra unresolvable (vllm took any torch)
+    assert extra and all("==" in r for r in extra) and not any(r.startswith("vllm") for r in extra)
+    markers = project["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("gpu:") for m in markers)
