@@ -58,6 +58,8 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path, answer: dict | N
             start = Command(resume=answer)
         for chunk in graph.stream(start, config, context=ctx, durability="sync", stream_mode="updates"):
             for node, update in chunk.items():
+                if node == "__interrupt__":  # paused for approval (agent/approval.py): no node ran
+                    continue
                 ctx.progress(node, update or {})
                 kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/killpoints.py)
         return dict(graph.get_state(config).values)

@@ -18,6 +18,7 @@ def _step(run_dir: Path, approve: str, answer: dict | None = None) -> dict:
     from agent.episode import drive
 
     ctx, initial, bank = fakes.make_ctx(run_dir, approve=approve)
+    ctx.progress = lambda node, update: update.get("node")  # as the live display reads every update
     try:
         return drive(ctx, initial, run_dir / "checkpoints.sqlite", answer)
     finally:
