@@ -22,9 +22,12 @@ def test_cards_approvals_lmeval_files_and_model_cards_on_the_test_world(tmp_path
 
     from agent.approval import entries, pending, verify
     from experience_bank.bank import Bank
+    import test_run_e2e
     from test_run_e2e import crafted_bank
 
     monkeypatch.chdir(tmp_path)
+    # two grade-A records: two full runs to answer (yes, then no); one grade C: a rejection
+    monkeypatch.setattr(test_run_e2e, "PLAN", {"S05": ("A", 10.0), "S09": ("A", 10.0), "S01": ("C", 1.0)})
     for name in ("trl_sft_sql.yaml", "trl_grpo_sql.yaml", "llamafactory_lora_sft.yaml"):
         assert main(["cards", "import", str(RECIPES / name), "--config", CONFIG, "--device-hours", "1",
                      "--out", "cards"]) == 0
