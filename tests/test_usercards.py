@@ -127,7 +127,7 @@ def test_run_cards_decides_the_folder_beside_or_instead_of_the_catalogue(tmp_pat
     crafted_bank(tmp_path / "bank.sqlite")
     seen = {}
 
-    def drive(ctx, initial, checkpoints):  # the loop itself is tested elsewhere: here, what it is given
+    def drive(ctx, initial, checkpoints, answer=None):  # the loop itself is tested elsewhere: here, what it is given
         seen["ids"] = sorted(e.record.card.id for e in ctx.entries.values())
         seen["kinds"] = {e.record.card.id: e.record.kind for e in ctx.entries.values()}
         return {"episode_id": ctx.episode_id}
