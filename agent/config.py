@@ -59,6 +59,15 @@ class RunConfig(BaseModel):
     out: str | None = None
     """Run directory; default runs/<episode id>."""
 
+    # --- the user's own candidates (agent/usercards) ------------------------------------
+    cards: str | None = None
+    """Folder of cards `agent cards import` wrote: decided beside the library's catalogue."""
+    cards_only: bool = False
+    """Decide only the folder's cards (and any proposals), not the catalogue."""
+    approve: str | None = None
+    """Pause for a person's approval before `train` (a full run) and/or `promote`, e.g.
+    "train,promote" (agent/approval.py); None: the episode runs unattended."""
+
     # --- proposals ----------------------------------------------------------------------
     proposer: Literal["catalogue", "openai"] = "catalogue"
     """Catalogue only, or catalogue plus an OpenAI-compatible LLM."""
@@ -142,7 +151,7 @@ class RunConfig(BaseModel):
 
 
 FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet",
-             "tracking", "tracking_uri")
+             "tracking", "tracking_uri", "cards", "cards_only", "approve")
 """Config keys that `agent run` also takes as flags (flags win)."""
 
 

@@ -5,6 +5,7 @@ Layout under out_dir, per suite (`sql/target` -> `sql_target`):
     <name>.<split>.generations.jsonl  raw generations (its sha256 is in the result)
     <name>.<split>.identity.json      EvalIdentity
     <name>.<split>.result.json        SuiteResult
+    results_<date>.json, samples_<name>_<date>.jsonl   the same, in lm-eval's shape (evaluators/lmeval.py)
 `seed` fixes the world's items and the generation seed alike.
 
 With a run cache (experience_bank.runcache), an evaluation whose key (`evaluation_key`: each
@@ -16,12 +17,13 @@ results alike; a served model (an endpoint by name) is never cached.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, sha256_text
 from experience_bank.results import EvalIdentity, SuiteResult
-from evaluators import models, tasks
+from evaluators import lmeval, models, tasks
 from evaluators.generate import generate
 from evaluators.scoring.suites import data_sha256, generations_jsonl, parse_generations, score, scorer_version
 
@@ -98,8 +100,9 @@ def evaluate(model_dir, suites: list[str] | tuple[str, ...], split: str, *, out_
                                                         batch_size=batch_size, n=n, seed=seed, items=items),
                          dump=_dump, load=_load)
     out_dir = Path(out_dir)
+    started, clock = time.time(), time.monotonic()
     model, model_sha, template_sha = _model(model_dir, backend)
-    results = {}
+    results, scored_items, generations = {}, {}, {}
     for suite in suites:
         its = (items or {}).get(suite) or tasks.items(suite, split, seed, n)
         max_new = MAX_NEW_TOKENS[suite.split("/")[0]]
@@ -108,6 +111,9 @@ def evaluate(model_dir, suites: list[str] | tuple[str, ...], split: str, *, out_
         ident = _identity(suite, split, its, model_sha, template_sha, backend, batch_size, max_new, seed)
         results[suite] = score(suite, its, gens, identity=ident)
         _write(_stem(out_dir, suite, split), its, gens, ident, results[suite])
+        scored_items[suite], generations[suite] = its, gens
+    lmeval.write(out_dir, str(model_dir), results, scored_items, generations, started=started,
+                 wall_seconds=time.monotonic() - clock)
     return results
 
 

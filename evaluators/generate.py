@@ -112,7 +112,8 @@ def _vllm(model, prompts: list[Messages], batch_size: int, max_new_tokens: int, 
     try:
         from vllm import LLM, SamplingParams
     except ImportError:
-        raise BadInput("backend vllm needs the optional extra: pip install vllm") from None
+        raise BadInput("backend vllm needs vLLM in this environment, which the pins exclude: serve it from its own "
+                       "environment and use backend: openai (docs/gpu.md)") from None
     llm = LLM(model=str(model), seed=seed, max_num_seqs=batch_size)
     outs = llm.chat(prompts, SamplingParams(temperature=0.0, max_tokens=max_new_tokens, seed=seed))
     return [o.outputs[0].text for o in outs]
@@ -149,4 +150,5 @@ def check_backend(backend: str) -> None:
     import importlib.util
 
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise BadInput("backend vllm needs the optional extra (GPU machine): pip install -e .[gpu], or backend: transformers")
+        raise BadInput("backend vllm needs vLLM in this environment, which the pins exclude: serve it from its own "
+                       "environment and use backend: openai (docs/gpu.md), or backend: transformers")

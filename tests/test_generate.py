@@ -124,7 +124,7 @@ def test_vllm_backend_is_an_optional_extra(tiny):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
-    with pytest.raises(BadInput, match="pip install vllm"):
+    with pytest.raises(BadInput, match="use backend: openai \\(docs/gpu.md\\)"):
         generate(str(tiny), [[{"role": "user", "content": "hi"}]], backend="vllm")
 
 

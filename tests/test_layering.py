@@ -69,7 +69,7 @@ AGENT_LAYERS = {
 
 HEAVY = {"torch", "trl", "transformers", "peft", "datasets", "accelerate", "vllm", "deepspeed", "matplotlib",
          "openai", "mlflow", "ray", "langgraph", "scipy", "numpy", "sqlite_utils", "sqlalchemy", "alembic", "rich",
-         "gguf"}
+         "gguf", "huggingface_hub"}
 """Third-party modules slow enough to import (0.2 s or more each, most of them seconds) that a
 command which does not need them must not pay for them: only these, and modules of ours that
 import one of them when loaded, may be imported inside a function."""

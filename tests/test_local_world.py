@@ -200,7 +200,7 @@ def test_gpu_parts_refused_in_one_line_when_missing(tmp_path, capsys, tiny_model
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        _refused(capsys, tmp_path, _config(tmp_path, tiny_model, backend="vllm"), "backend vllm", "pip install")
+        _refused(capsys, tmp_path, _config(tmp_path, tiny_model, backend="vllm"), "backend vllm", "backend: openai (docs/gpu.md)")
     if importlib.util.find_spec("deepspeed") is None:
         _refused(capsys, tmp_path, _config(tmp_path, tiny_model, launcher="accelerate"), "DeepSpeed", "launcher: local")
 

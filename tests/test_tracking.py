@@ -108,13 +108,18 @@ def test_episode_is_mirrored_with_decisions_ledger_and_champion(episode):
     # the ledger: every charge one step; the last cumulative value is what the ledger says was spent
     charges = _charges(run_dir)
     assert len(v["spent"]) == len(charges) and abs(v["spent"][-1] - sum(c["device_hours"] for c in charges)) < 1e-9
-    # registry: three promotions, three versions; champion = parent.json's parent, previous = the one before
-    assert sorted(int(x.version) for x in v["versions"]) == [1, 2, 3]
+    # registry: every fully trained child a version (registered as the challenger before its gate),
+    # three promoted; champion = parent.json's parent, previous = the one before
+    assert sorted(int(x.version) for x in v["versions"]) == [1, 2, 3, 4]
     parent = json.loads((run_dir / "parent.json").read_text())
     champion = v["client"].get_model_version_by_alias(v["lineage"], "champion")
     assert champion.tags["sha256"] == parent["parent"]["sha256"] and champion.tags["candidate"] == "S06"
     assert v["client"].get_model_version_by_alias(v["lineage"], "previous").tags["candidate"] == "S05"
-    assert not any(x.tags["candidate"] == "S03" for x in v["versions"])  # a rolled-back child is never registered
+    (s03v,) = [x for x in v["versions"] if x.tags["candidate"] == "S03"]
+    assert s03v.tags["outcome"] == "rolled_back" and "model_card" not in s03v.tags  # no card: never promoted
+    assert "challenger" not in v["aliases"]  # every child was committed
+    assert all(x.tags["model_card"] == str(Path(x.source) / "README.md") for x in v["versions"]
+               if x.tags["candidate"] != "S03")
     artifacts = {a.path for a in v["client"].list_artifacts(ep.info.run_id)}
     assert {"manifest.json", "parent.json", "report.md", "report.html", "captrack_heatmap.png"} <= artifacts
 
@@ -134,7 +139,7 @@ def test_second_sync_and_half_logged_run_log_nothing_twice(episode):
     assert said == []
     assert [r.data.params["card"] for r in again["decisions"]] == [r.data.params["card"] for r in v["decisions"]]
     assert all(r.info.status == "FINISHED" for r in again["decisions"])
-    assert len(again["versions"]) == 3 and again["aliases"] == v["aliases"]
+    assert len(again["versions"]) == 4 and again["aliases"] == v["aliases"]
     assert again["spent"] == v["spent"]
 
 
@@ -146,11 +151,12 @@ def test_kill_9_then_resume_registers_each_promotion_once(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FAKE_KILL"}
     killed = subprocess.run(script, env=env | {"FAKE_KILL": "appended:S06"}, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert len(_view(uri, run_dir)["versions"]) == 2  # S02 and S05 were synced before the kill
+    # S02, S03 and S05 were synced before the kill; S06 was registered as the challenger after its run
+    assert len(_view(uri, run_dir)["versions"]) == 4
     resumed = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     v = _view(uri, run_dir)
-    assert [x.tags["candidate"] for x in sorted(v["versions"], key=lambda x: int(x.version))] == ["S02", "S05", "S06"]
+    assert [x.tags["candidate"] for x in sorted(v["versions"], key=lambda x: int(x.version))] == ["S02", "S03", "S05", "S06"]
     assert len(v["decisions"]) == 6 and len({r.data.tags["decision_hash"] for r in v["decisions"]}) == 6
     assert v["episode"][0].info.status == "FINISHED" and len(v["episode"]) == 1
 

@@ -28,6 +28,8 @@ COMMAND_MODULES = (
     "agent.cli.measure",   # compare, retrospective
     "agent.cli.runs",      # runs ls
     "agent.cli.cache",     # cache ls, cache gc
+    "agent.cli.cards",     # cards import
+    "agent.cli.approve",   # approve
 )
 
 # The example shown by `--help` of a command whose module gives none of its own (every

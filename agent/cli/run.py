@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from agent.config import FLAG_KEYS, build_config
 from agent.inputs import check_out_dir
+from agent.run.approvals import pending
 
 EXAMPLES = """examples:
   agent run --episode-budget 36gpuh
@@ -28,6 +30,11 @@ def register(sub) -> None:
     p.add_argument("--proposer", choices=("catalogue", "openai"), help="catalogue only, or plus an LLM")
     p.add_argument("--base-url", dest="base_url", help="OpenAI-compatible endpoint (proposer openai)")
     p.add_argument("--model", help="model name at that endpoint (proposer openai)")
+    p.add_argument("--cards", metavar="DIR", help="folder of imported recipes (agent cards import) to decide too")
+    p.add_argument("--cards-only", dest="cards_only", action="store_true", default=None,
+                   help="decide the --cards folder instead of the library's catalogue")
+    p.add_argument("--approve", metavar="KINDS",
+                   help="pause for `agent approve` before a full run and/or a promotion: train, promote or both")
     p.add_argument("--resume", metavar="ID", help="resume the run runs/ID (or a run directory) where it stopped")
     p.add_argument("--quiet", action="store_true", default=None, help="log lines only, no live display")
     p.add_argument("--tracking-uri", dest="tracking_uri", metavar="URI",
@@ -39,6 +46,15 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
+def waiting_text(wait, episode_id: str) -> str:
+    """What a paused episode shows: the decision record, its hash and the device-hours."""
+    return (f"episode {episode_id}: waiting for approval of {wait.kind} for {wait.candidate_id} "
+            f"({wait.device_hours:.3f} device-hours)\ndecision {wait.decision_hash}\n"
+            f"{json.dumps(wait.decision, indent=1)}\n"
+            f"answer with: agent approve {episode_id} --decision {wait.decision_hash} --yes|--no "
+            f"[--by NAME --reason TEXT]")
+
+
 def cmd_run(args) -> int:
     from agent.loop.episode import run_episode  # noqa: PLC0415 (numpy)
 
@@ -48,6 +64,9 @@ def cmd_run(args) -> int:
     if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)
         os.environ["AGENT_NO_CACHE"] = "1"
     final = run_episode(cfg, resume=args.resume)
+    if (wait := pending(final["run_dir"])) is not None:
+        print(waiting_text(wait, final["episode_id"]))
+        return 0
     print(f"episode {final.get('episode_id')}: stopped ({final.get('stop_reason')}), {final.get('stage', 0)} "
           f"promotion(s), {final.get('spent_h', 0.0):.3f} device-hours, library version "
           f"{final.get('library_version')}; report in the run directory (report.md, report.html)")

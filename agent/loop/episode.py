@@ -27,6 +27,9 @@ from agent.run.killpoints import kill_point
 from agent.run.manifest import Manifest
 from agent.run.rundir import RunDir
 from agent.loop.state import Ctx, Entry
+from agent.run.approvals import kinds
+from agent.world.usercards.folder import freeze, frozen, read_folder
+from langgraph.types import Command
 from experience_bank.errors import BadInput, Busy, WriteFault, fault_path, full_file_system, write_fault
 from agent.inputs import check_bank_file
 from agent import progress as display
@@ -52,8 +55,9 @@ RECURSION_LIMIT = 100_000
 """Supersteps: about five per candidate, so any catalogue fits."""
 
 
-def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any]:
-    """Run the graph to its end, or resume it from its last checkpoint; return the final state."""
+def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path, answer: dict | None = None) -> dict[str, Any]:
+    """Run the graph to its end, or resume it from its last checkpoint; return the final state.
+    `answer` resumes an episode paused for approval (agent/loop/approval.py) with a person's answer."""
     conn = sqlite3.connect(str(checkpoints), check_same_thread=False)
     try:
         graph = build_graph(SqliteSaver(conn, serde=strict_serde()))
@@ -62,8 +66,12 @@ def drive(ctx: Ctx, initial: dict[str, Any], checkpoints: Path) -> dict[str, Any
         if snapshot.values and not snapshot.next:
             return dict(snapshot.values)  # finished already
         start = None if snapshot.values else initial
+        if answer is not None:
+            start = Command(resume=answer)
         for chunk in graph.stream(start, config, context=ctx, durability="sync", stream_mode="updates"):
             for node, update in chunk.items():
+                if node == "__interrupt__":  # paused for approval (agent/loop/approval.py): no node ran
+                    continue
                 ctx.progress(node, update or {})
                 kill_point(node)  # a test hook, inert unless AGENT_KILL_AT is set (agent/run/killpoints.py)
         return dict(graph.get_state(config).values)
@@ -102,6 +110,11 @@ def check_inputs(cfg: RunConfig) -> float:
         local_world(cfg)  # model folder, every dataset file and pool: checked, nothing written
 
     check_backend(cfg.backend)
+    kinds(cfg.approve)
+    if cfg.cards is not None or cfg.cards_only:
+        if cfg.cards is None:
+            raise BadInput("--cards-only needs --cards DIR (the folder of imported recipes)")
+        read_folder(cfg.cards)
     check_launch(cfg.launcher, cfg.deepspeed_config)
     bank = Path(cfg.bank)
     check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
@@ -110,8 +123,9 @@ def check_inputs(cfg: RunConfig) -> float:
     return budget_h
 
 
-def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[str, Any]:
-    """Run (or resume) one episode; return its final state."""
+def run_episode(cfg: RunConfig, resume: str | None = None, say=print, answer: dict | None = None) -> dict[str, Any]:
+    """Run (or resume) one episode; return its final state (with `run_dir`). `answer`: a
+    person's approval of the decision the episode waits on (agent approve)."""
     budget_h, manifest = None, None
     if resume:
         run_dir = _run_dir(cfg, resume)
@@ -121,7 +135,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print) -> dict[st
         budget_h = check_inputs(cfg)
         run_dir = _run_dir(cfg, None)
     try:
-        return _run(cfg, resume, say, run_dir, budget_h, manifest)
+        return _run(cfg, resume, say, run_dir, budget_h, manifest, answer)
     except (OSError, sqlite3.Error, RuntimeError, WriteFault, Busy) as exc:
         raise _refused(exc, run_dir) from None
 
@@ -145,7 +159,8 @@ def _refused(exc: BaseException, run_dir: RunDir) -> BaseException:
     return fault.retold("run the command again", 2)
 
 
-def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, manifest) -> dict[str, Any]:
+def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, manifest,
+         answer: dict | None = None) -> dict[str, Any]:
     world, bank = _world_and_bank(cfg, say)
     try:
         if not resume:
@@ -163,7 +178,7 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
                    "stop_reason": ""}
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
-            return drive(ctx, initial, run_dir.checkpoints_file)
+            return drive(ctx, initial, run_dir.checkpoints_file, answer) | {"run_dir": str(run_dir.path)}
     finally:
         bank.close()
 
@@ -198,13 +213,17 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
         library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
         allowlist=_allowlist(world, bank).manifest())
     run_dir.path.mkdir(parents=True, exist_ok=True)
+    if cfg.cards is not None:  # frozen before the manifest: a started run always has its cards
+        freeze(run_dir, read_folder(cfg.cards, _allowlist(world, bank).taken_ids))
     run_dir.freeze(manifest)
     init_parent(run_dir.path, world.base_dir, world.model.sha256)
     return manifest
 
 
 def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:
-    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
+    entries = {} if cfg.cards_only else {e.hash: Entry(e.hash, e.record, e.conflicted)
+                                         for e in bank.library_records(manifest.library_version)}
+    entries |= {h: Entry(h, record) for h, record in frozen(run_dir)}  # the user's imported cards
     entries |= {e.hash: e for e in load_proposals(run_dir.path)}
     ports = WorldPorts(world, cfg, _allowlist(world, bank), manifest)
     return Ctx(rundir=run_dir, episode_id=run_dir.episode_id, manifest=manifest, entries=entries, ports=ports,

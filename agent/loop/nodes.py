@@ -32,9 +32,11 @@ from experience_bank.results import GateVerdict, SuiteResult, TrainResult, Trial
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
+from agent.loop import approval
 from agent.loop.state import Ctx, State
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
+from agent.views.modelcard import write_promotion_cards
 from agent.views.report import write_report
 
 # --- keyed results ---------------------------------------------------------------------
@@ -237,11 +239,15 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
                 "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx)}
+    if (no := approval.hold(ctx, state, "train", estimate)) is not None:  # --approve train, answered no
+        return {"train_status": "not_started", "decided_by": approval.why(no), "refused": approval.why(no),
+                "spent_h": _spent(ctx)}
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost, cached=was_cached(result.checkpoint))
-    return {"train_status": "done", "spent_h": _spent(ctx)}
+    return {"train_status": "done", "spent_h": _spent(ctx),
+            "decision_hash": dh, "candidate_id": card.id}  # the same values: observers (the registry) read them
 
 
 def gate(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -254,6 +260,8 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     child_ad = _evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
     verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
+    if verdict.promote and (no := approval.hold(ctx, state, "promote", _charged(ctx, [f"{dh}:train"])[0])) is not None:
+        return {"verdict": "rollback", "decided_by": approval.why(no), "spent_h": _spent(ctx)}
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
             "spent_h": _spent(ctx)}
 
@@ -342,6 +350,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     parent_dir, parent_sha, stage, lineage = state["parent_dir"], state["parent_sha"], state["stage"], _lineage(state)
     if outcome == "promoted":
         run, verdict = ctx.rundir.train(decision.decision_hash), ctx.rundir.verdict(decision.decision_hash)
+        write_promotion_cards(ctx, state, event, _card(ctx, state), run, verdict)  # the folder carries its card
         parent_dir = ctx.ports.promote(str(ctx.run_dir), run.checkpoint, verdict)
         parent_sha, stage, lineage = run.checkpoint_sha256, stage + 1, (*lineage, state["parent_sha"])
     ctx.bank.append_event(event)

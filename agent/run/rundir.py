@@ -14,6 +14,9 @@
     runs/ID/report.md, report.html   the report, its figures (<id>.png) and the CapTrack heat map
                                      (captrack_heatmap.png, captrack_heatmap.json)
     runs/ID/run.lock                 held by the live process that runs the episode (agent/run/runlock.py)
+    runs/ID/user_cards.json          the user's imported cards, frozen when the episode starts (agent/world/usercards)
+    runs/ID/approval_pending.json    what waits for a person's approval (agent/run/approvals.py)
+    runs/ID/approvals.jsonl          the hash-chained answers (agent/run/approvals.py)
 
 A run has finished when its report exists: the report is the loop's last node.
 
@@ -78,6 +81,18 @@ class RunDir:
     @property
     def checkpoints_file(self) -> Path:
         return self.path / "checkpoints.sqlite"
+
+    @property
+    def user_cards_file(self) -> Path:
+        return self.path / "user_cards.json"
+
+    @property
+    def approval_pending_file(self) -> Path:
+        return self.path / "approval_pending.json"
+
+    @property
+    def approvals_file(self) -> Path:
+        return self.path / "approvals.jsonl"
 
     @property
     def report_md(self) -> Path:

@@ -32,6 +32,7 @@ from policies.features import compatibility_summary
 from agent.run.checkpoints import checkpoint_marks
 from agent.run.manifest import ENDPOINT_SPLIT, Manifest
 from agent.run.rundir import RunDir
+from agent.run.approvals import report_rows
 from agent.views.charts import burn_down_chart, ifeval_chart, trajectory_chart
 from agent.views.timing import time_breakdown
 
@@ -223,6 +224,9 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         "Every library record compiled against the initial parent and each promoted child (counts of each value).",
         Table(["stage", "parent", "records", "A", "parent field", "data field", "H", "hard conflicts"],
               compatibility_rows(ctx, events), id="compatibility")]))
+    if approvals := report_rows(rd.path):
+        out.append(Section("Approvals (approvals.jsonl, hash-chained)", [Table(
+            ["#", "before", "candidate", "decision", "device h", "answer", "by", "reason"], approvals, id="approvals")]))
     answered = json.loads(rd.proposals_file.read_text()) if rd.proposals_file.exists() else []
     if answered:
         out.append(Section("LLM proposals", [Table(["#", "status", "reason"], [

@@ -108,6 +108,12 @@ def _aggregate(family: str, results: list[ItemResult]) -> dict[str, float | None
     return _captrack_metrics(known)
 
 
+def item_metrics(suite: str, item: ItemResult) -> dict[str, float | None]:
+    """One item's own value of each suite metric: the suite's aggregate over that item alone
+    (None where the metric does not cover it, e.g. another CapTrack probe)."""
+    return _aggregate(suite.split("/")[0], [item])
+
+
 def _ifeval_metrics(known: list[ItemResult]) -> dict[str, float | None]:
     # instruction level pools instructions over prompts (as IFEval's own report does)
     def inst(mode: str) -> list[float]:

@@ -205,7 +205,7 @@ def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
 
 
 def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
-             fallback_lease: int = 1, cards=tuple(PLAN), ports=None):
+             fallback_lease: int = 1, cards=tuple(PLAN), ports=None, approve: str | None = None):
     from agent.config import RunConfig
     from agent.run.audit import RunAudit
     from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
@@ -220,7 +220,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
     base_sha = _write_model(str(base), 40.0)
     if not rd.started():  # a resumed episode reads the manifest it froze, never the bank's head
         cfg = RunConfig(policy=policy, bank=str(run_dir / "bank.sqlite"), world="test", fallback_lease=fallback_lease,
-                        max_consecutive_rejections=max_rejections)
+                        max_consecutive_rejections=max_rejections, approve=approve)
         rd.freeze(build_manifest(
             episode_id="E-fake", config=cfg.model_dump(mode="json"), budget_h=budget_h,
             initial=ModelAt(dir=str(base), sha256=base_sha),

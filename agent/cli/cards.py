@@ -1,0 +1,61 @@
+"""`agent cards import`: a TRL CLI config or a LlamaFactory SFT/LoRA YAML as a candidate card."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from agent.config import build_config
+from agent.world.factory import world_for
+from agent.world.usercards.recipes import card_file, import_recipe
+from experience_bank.errors import BadInput
+from experience_bank.files import write_atomic
+
+EXAMPLES = """examples:
+  agent cards import sft.yaml --config runs/test.yaml --device-hours 3 --out cards
+  agent cards import grpo.yaml --family sql --target sql/target --device-hours 5 --out cards
+  agent cards import llamafactory_lora_sft.yaml --device-hours 2 --out cards
+  agent run --config runs/test.yaml --cards cards
+"""
+
+
+def register(sub) -> None:
+    group = sub.add_parser("cards", help="the user's own recipes as candidates (import)")
+    cmds = group.add_subparsers(dest="cards_cmd", required=True)
+    p = cmds.add_parser("import", help="turn a TRL or LlamaFactory YAML config into a candidate card",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", help="the recipe: a `trl sft|grpo --config` YAML or a LlamaFactory SFT/LoRA YAML")
+    p.add_argument("--config", help="the run config whose world the card is for (its datasets and model)")
+    p.add_argument("--family", help="finance, sql or function (default: the first dataset's family)")
+    p.add_argument("--target", action="append", default=[], metavar="SUITE",
+                   help="the target suite the card is for (checked against the family)")
+    p.add_argument("--device-hours", dest="device_hours", type=float, required=True,
+                   help="the nominal device-hours of the full run (the card's budget)")
+    p.add_argument("--id", dest="card_id", help="card id (default U-<file stem>)")
+    p.add_argument("--title", help="card title (default: format and file name)")
+    p.add_argument("--nu", choices=("restart", "continue", "none"), default="restart",
+                   help="how a trial relates to the full run (default restart: an independent short run)")
+    p.add_argument("--out", default="cards", help="folder to write <id>.json into (default cards/)")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(args) -> int:
+    source = Path(args.file)
+    if not source.is_file():
+        raise BadInput(f"recipe {source} not found: pass the YAML file `trl` or LlamaFactory reads")
+    if not args.device_hours > 0:
+        raise BadInput(f"--device-hours {args.device_hours}: give the full run's nominal cost, > 0")
+    world = world_for(build_config(args.config, {}))
+    imported = import_recipe(source, world, family=args.family, targets=tuple(args.target),
+                             device_hours=args.device_hours, card_id_=args.card_id, title=args.title, nu=args.nu)
+    out = Path(args.out) / f"{imported.proposal.card.id}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, json.dumps(card_file(imported, source), indent=1, ensure_ascii=False) + "\n")
+    for key, field in imported.mapped.items():
+        print(f"  {key} -> {field}")
+    if imported.run_owned:
+        print(f"  set by the agent for every run (not carried): {', '.join(imported.run_owned)}")
+    print(f"card {imported.proposal.card.id} ({imported.fmt}, {imported.proposal.card.method}, "
+          f"{imported.proposal.card.family}) written to {out}")
+    return 0

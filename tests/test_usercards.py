@@ -1,0 +1,147 @@
+"""The user's own recipes as candidates: `agent cards import` on TRL and LlamaFactory configs
+(written here in the shape of their own examples), every key mapped or refused, and the folder
+decided by `agent run --cards`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.cli.main import main
+from experience_bank.hashing import file_sha256
+
+RECIPES = Path(__file__).resolve().parent / "fixtures" / "recipes"
+CONFIG = str(Path(__file__).resolve().parents[1] / "runs" / "test.yaml")
+
+
+@pytest.fixture(scope="module")
+def world():
+    from agent.world.embedded import ensure_world
+
+    return ensure_world("test")
+
+
+def _import(world, name: str, **kw):
+    from agent.world.usercards.recipes import import_recipe
+
+    return import_recipe(RECIPES / name, world, device_hours=kw.pop("device_hours", 2.0), **kw)
+
+
+def test_a_trl_sft_config_becomes_a_card_with_every_key_accounted_for(world):
+    got = _import(world, "trl_sft_sql.yaml")
+    card, keys = got.proposal.card, set(yaml.safe_load((RECIPES / "trl_sft_sql.yaml").read_text()))
+    assert (got.fmt, card.method, card.family, card.id) == ("trl-sft", "sft", "sql", "U-trl_sft_sql")
+    assert card.hparams.learning_rate == 2.0e-4 and card.hparams.batch_size == 8 and card.budget.steps == 8
+    assert card.hparams.warmup_ratio == 0.1 and card.hparams.max_length == 512 and card.adapter.kind == "full"
+    assert card.data.n_examples == 64 and card.data.mix[0].dataset.sha256 == world.datasets["sql/target/train"]
+    assert set(got.mapped) | set(got.run_owned) == keys and not set(got.mapped) & set(got.run_owned)
+    assert got.run_owned == ("gradient_checkpointing", "logging_steps", "model_name_or_path", "output_dir",
+                             "report_to", "seed")
+    assert got.proposal.provenance.config_sha256 == file_sha256(str(RECIPES / "trl_sft_sql.yaml"))
+    assert got.proposal.applicability.runtime == "trl-sft" and got.proposal.applicability.output_protocol == "sql"
+
+
+def test_a_trl_grpo_config_and_a_llamafactory_lora_config(world):
+    grpo = _import(world, "trl_grpo_sql.yaml").proposal.card
+    assert grpo.method == "grpo" and grpo.hparams.rewards == ("execution", "format")
+    assert (grpo.hparams.num_generations, grpo.hparams.beta, grpo.hparams.lr_scheduler) == (4, 0.04, "constant")
+    assert grpo.data.n_examples == 4 * (8 // 4)  # prompts: steps x batch / generations
+    lf = _import(world, "llamafactory_lora_sft.yaml")
+    card = lf.proposal.card
+    assert lf.fmt == "llamafactory" and card.adapter.kind == "lora" and card.adapter.rank == 8
+    assert card.adapter.targets == ("q_proj", "v_proj") and card.adapter.alpha == 16
+    assert [m.dataset.id for m in card.data.mix] == ["sql/target/train", "sql/target-schema/train"]
+    assert card.data.n_examples == 64 and card.budget.steps == 8  # ceil(1 epoch x 64 samples / batch 8)
+    assert lf.proposal.applicability.runtime == "peft-lora"
+    keys = set(yaml.safe_load((RECIPES / "llamafactory_lora_sft.yaml").read_text()))
+    assert set(lf.mapped) | set(lf.run_owned) == keys
+
+
+def _bad(tmp_path, text: str) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+SFT = (RECIPES / "trl_sft_sql.yaml").read_text()
+
+
+@pytest.mark.parametrize("text, says", [
+    (SFT + "lerning_rate: 0.1\n", "unknown key 'lerning_rate'"),
+    (SFT.replace("learning_rate: 2.0e-4", "learning_rate: fast"), "learning_rate = 'fast' is not a float"),
+    (SFT.replace("sql/target/train", "sql/nope/train"), "dataset 'sql/nope/train' is not a pool of this world"),
+    (SFT + "optim: adamw_torch\n", "key 'optim' is refused"),
+    (SFT.replace("lr_scheduler_type: cosine", "lr_scheduler_type: polynomial"), "lr_scheduler_type 'polynomial'"),
+    ((RECIPES / "llamafactory_lora_sft.yaml").read_text().replace("lora_rank: 8", "lora_rank: eight"),
+     "lora_rank = 'eight' is not a int"),
+    ((RECIPES / "llamafactory_lora_sft.yaml").read_text() + "lora_dropout: 0.1\n", "unknown key 'lora_dropout'"),
+])
+def test_a_bad_recipe_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text, says):
+    out = tmp_path / "cards"
+    rc = main(["cards", "import", str(_bad(tmp_path, text)), "--config", CONFIG, "--device-hours", "2",
+               "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0], err
+    assert not out.exists()
+
+
+def test_import_writes_the_card_and_run_cards_folder_is_checked(tmp_path, capsys):
+    out = tmp_path / "cards"
+    for name in ("trl_sft_sql.yaml", "trl_grpo_sql.yaml", "llamafactory_lora_sft.yaml"):
+        assert main(["cards", "import", str(RECIPES / name), "--config", CONFIG, "--device-hours", "2",
+                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "learning_rate -> hparams.learning_rate" in printed and "set by the agent" in printed
+    written = json.loads((out / "U-trl_sft_sql.json").read_text())
+    assert written["import"]["sha256"] == file_sha256(str(RECIPES / "trl_sft_sql.yaml"))
+    assert written["record"]["provenance"]["config_sha256"] == written["import"]["sha256"]
+    from agent.world.usercards.folder import read_folder
+    from experience_bank.errors import BadInput
+
+    assert sorted(p.card.id for p in read_folder(out)) == ["U-llamafactory_lora_sft", "U-trl_grpo_sql",
+                                                          "U-trl_sft_sql"]
+    with pytest.raises(BadInput, match="already taken"):
+        read_folder(out, frozenset({"U-trl_sft_sql"}))
+    # a run that names a folder with a damaged card stops before writing anything
+    (out / "broken.json").write_text("{}")
+    run_dir = tmp_path / "ep"
+    assert main(["run", "--config", CONFIG, "--cards", str(out), "--out", str(run_dir), "--bank",
+                 str(tmp_path / "bank.sqlite"), "--quiet", "--no-tracking"]) == 2
+    assert "broken.json is not an imported card" in capsys.readouterr().err
+    assert not run_dir.exists() and not (tmp_path / "bank.sqlite").exists()
+
+
+@pytest.mark.parametrize("only", [False, True])
+def test_run_cards_decides_the_folder_beside_or_instead_of_the_catalogue(tmp_path, monkeypatch, only):
+    import agent.loop.episode as episode
+    from agent.config import build_config
+    from test_run_e2e import PLAN, crafted_bank
+
+    out = tmp_path / "cards"
+    for name in ("trl_sft_sql.yaml", "trl_grpo_sql.yaml", "llamafactory_lora_sft.yaml"):
+        assert main(["cards", "import", str(RECIPES / name), "--config", CONFIG, "--device-hours", "2",
+                     "--out", str(out)]) == 0
+    crafted_bank(tmp_path / "bank.sqlite")
+    seen = {}
+
+    def drive(ctx, initial, checkpoints, answer=None):  # the loop itself is tested elsewhere: here, what it is given
+        seen["ids"] = sorted(e.record.card.id for e in ctx.entries.values())
+        seen["kinds"] = {e.record.card.id: e.record.kind for e in ctx.entries.values()}
+        return {"episode_id": ctx.episode_id}
+
+    monkeypatch.setattr(episode, "drive", drive)
+    flags = {"cards": str(out), "cards_only": only or None, "bank": str(tmp_path / "bank.sqlite"),
+             "out": str(tmp_path / "ep"), "quiet": True, "tracking": False}
+    episode.run_episode(build_config(CONFIG, flags))
+    users = ["U-llamafactory_lora_sft", "U-trl_grpo_sql", "U-trl_sft_sql"]
+    assert seen["ids"] == sorted(users + ([] if only else list(PLAN)))
+    assert all(seen["kinds"][u] == "proposal" for u in users)  # no library evidence: the new-card branch
+    # frozen with the run: a resume decides the same cards when the folder is gone
+    for p in out.iterdir():
+        p.unlink()
+    out.rmdir()
+    episode.run_episode(build_config(CONFIG, {"quiet": True}), resume=str(tmp_path / "ep"))
+    assert seen["ids"] == sorted(users + ([] if only else list(PLAN)))
