@@ -133,7 +133,8 @@ def test_a_stored_bad_path_is_absent_not_a_traceback(tmp_path, capsys, monkeypat
 @pytest.mark.slow  # 45 s (the report's figures); the consolidate node calls the Bank.consolidate above
 def test_an_episode_over_a_bank_with_a_stored_bad_path_ends(tmp_path, monkeypatch):
     # The real loop (fakes only at the trainer and evaluator boundary) up to its consolidate node.
-    import test_graph_fakes as tgf
+    from support import graph_fakes as tgf
+    from agent.run.rundir import RunDir
 
     monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
     with monkeypatch.context() as m:
@@ -141,7 +142,7 @@ def test_an_episode_over_a_bank_with_a_stored_bad_path_ends(tmp_path, monkeypatc
         with Bank.init(tmp_path / "run" / "bank.sqlite") as bank:
             bank.import_records([record("S01", seed="S01", artefacts=("x" * 300,))], library_note="old library")
     final = tgf.run_fake(tmp_path / "run", cards=("S01",))  # S01 is rejected: no training, a short episode
-    assert final["node"] == "report"
+    assert final["stop_reason"] and RunDir(tmp_path / "run").finished()  # the report node ran
     with Bank.open(tmp_path / "run" / "bank.sqlite") as bank:
         assert bank.current_library_version() == 1
         assert ("x" * 300,) in [e.missing for e in bank.library_records(1)]
