@@ -4,7 +4,6 @@ refusal is one BadInput, never RecursionError or ValueError, and the depth scan 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import given, strategies as st
@@ -25,11 +24,18 @@ def test_brackets_inside_strings_do_not_count():
 
 
 @pytest.mark.parametrize("depth", [3_000, 5_000, 100_000, 1_000_000])
-def test_deep_documents_are_refused_quickly(depth):
-    start = time.perf_counter()
+def test_deep_documents_are_refused_before_any_parser_runs(depth, monkeypatch):
+    # The depth scan refuses first, so no recursive parser ever sees the document (a wall-clock
+    # bound here failed on a loaded machine; that the scan is cheap is a benchmark's claim).
+    import orjson
+
+    def parser_called(*args, **kwargs):
+        raise AssertionError("a parser ran on a document the depth scan must refuse")
+
+    monkeypatch.setattr(json, "loads", parser_called)
+    monkeypatch.setattr(orjson, "loads", parser_called)
     with pytest.raises(BadInput, match=f"nested {depth} levels"):
         loads_strict("[" * depth)
-    assert time.perf_counter() - start < 1.0
 
 
 def test_integers_at_the_64_bit_bounds():
