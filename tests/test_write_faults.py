@@ -327,13 +327,13 @@ def _translated(fn, path, lines):
 def test_a_run_failing_without_an_errno_on_a_full_run_directory_says_the_disk_is_full(tmp_path, monkeypatch, capsys):
     """torch's checkpoint writer reports a full disk as RuntimeError('... iostream error') (seen on
     a full tmpfs): the run directory's file system names the cause."""
-    from agent import episode
+    from agent.loop import episode
 
     argv = _run_argv(tmp_path)
     capsys.readouterr()
     real = os.statvfs(tmp_path)
 
-    def drive(ctx, initial, checkpoints):
+    def drive(ctx, initial, checkpoints, answer=None):
         full = os.statvfs_result((real.f_bsize, real.f_frsize, real.f_blocks, 0, 0, real.f_files, real.f_ffree,
                                   real.f_favail, 0, real.f_namemax))
         monkeypatch.setattr(os, "statvfs", lambda path: full)
