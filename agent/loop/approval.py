@@ -16,10 +16,6 @@ from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 
 from agent.run import approvals
-from agent.run.approvals import why
-
-__all__ = ["hold", "why"]
-
 
 def hold(ctx, state: dict, kind: str, device_hours: float) -> dict | None:
     """Pause for approval where the run asked for it. Returns None to go on (approvals off, or

@@ -32,8 +32,9 @@ from experience_bank.results import GateVerdict, SuiteResult, TrainResult, Trial
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
-from agent.loop import approval
+from agent.loop.approval import hold
 from agent.loop.state import Ctx, State
+from agent.run.approvals import why
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
 from agent.views.modelcard import write_promotion_cards
@@ -239,8 +240,8 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
                 "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx)}
-    if (no := approval.hold(ctx, state, "train", estimate)) is not None:  # --approve train, answered no
-        return {"train_status": "not_started", "decided_by": approval.why(no), "refused": approval.why(no),
+    if (no := hold(ctx, state, "train", estimate)) is not None:  # --approve train, answered no
+        return {"train_status": "not_started", "decided_by": why(no), "refused": why(no),
                 "spent_h": _spent(ctx)}
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
@@ -260,8 +261,8 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     child_ad = _evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
     verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
-    if verdict.promote and (no := approval.hold(ctx, state, "promote", _charged(ctx, [f"{dh}:train"])[0])) is not None:
-        return {"verdict": "rollback", "decided_by": approval.why(no), "spent_h": _spent(ctx)}
+    if verdict.promote and (no := hold(ctx, state, "promote", _charged(ctx, [f"{dh}:train"])[0])) is not None:
+        return {"verdict": "rollback", "decided_by": why(no), "spent_h": _spent(ctx)}
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
             "spent_h": _spent(ctx)}
 
