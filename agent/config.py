@@ -8,6 +8,7 @@ they need from the runtime context, never the whole config.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,12 +21,53 @@ from experience_bank.errors import BadInput
 Pp = Annotated[float, Field(ge=0.0, le=100.0)]
 
 
+@dataclass(frozen=True)
+class EvalSizes:
+    """Items per evaluation on a world of one kind: the one table. The loop (RunConfig.suite_n,
+    which a config may override), the executed retrospective and the seed bank all read it."""
+
+    target: int
+    """Each target suite, per decision split (validation: trials; adoption: the gate)."""
+    ifeval: int
+    """IFEval prompts per decision split."""
+    captrack: int
+    """CapTrack items per split (round-robin over its 7 probes)."""
+    seed_source: int
+    """The seed bank's source-suite items (validation split)."""
+    seed_ifeval: int
+    """The seed bank's IFEval prompts (validation split)."""
+
+    def suite_n(self, suite: str) -> int:
+        return {"ifeval": self.ifeval, "captrack": self.captrack}.get(suite, self.target)
+
+
+EVAL_SIZES = {
+    # 200 items: one item is 0.5 pp, a quarter of the -2 pp IFEval guard and half the 1 pp
+    # minimum gain; paired, the SE of a difference is about 1.5 pp (issue 26). CapTrack: 30 per
+    # sub-capability, the fewest the gate lets decide a severe verdict.
+    "default": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=200, seed_ifeval=200),
+    # the tests' tiny world: the path, not a powered verdict
+    "test": EvalSizes(target=16, ifeval=16, captrack=14, seed_source=16, seed_ifeval=8),
+    # a real model on CPU generates slowly: the seed bank stays small; decisions as on default
+    "smol": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=32, seed_ifeval=16),
+    "local": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=16, seed_ifeval=8),
+}
+
+
+def eval_sizes(world_kind: str) -> EvalSizes:
+    """The EVAL_SIZES row of a world size (`local` for every local world)."""
+    return EVAL_SIZES[world_kind] if world_kind in EVAL_SIZES else EVAL_SIZES["local"]
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     # --- where and what ---------------------------------------------------------------
     world: Literal["default", "test"] = "default"
     """Embedded world size (`test` is the tiny world of the tests)."""
+    world_seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    """Seed of the embedded world (agent/world/embedded.py recipe_for): the same recipe, another
+    pretraining order, task pools, split draws and source-context assignment."""
     base_model: str | None = None
     """Local HF model directory (or `smol`) of a local world (agent/world/local.py); None = the embedded world."""
     data_finqa: str | None = None
@@ -120,13 +162,12 @@ class RunConfig(BaseModel):
     """Stop after deciding this many candidates (None = all)."""
 
     # --- evaluation and execution -------------------------------------------------------
-    eval_n: Annotated[int, Field(ge=1, le=100_000)] = 64
-    """Items per target suite and split (validation, adoption)."""
-    ifeval_n: Annotated[int, Field(ge=1, le=100_000)] = 200
-    """IFEval prompts per split: at 200 one prompt is 0.5 pp, a quarter of the -2 pp guard."""
-    captrack_n: Annotated[int, Field(ge=1, le=100_000)] = 210
-    """CapTrack items per split, dealt round-robin over the 7 probes: 30 per sub-capability, the
-    fewest the gate lets decide a severe verdict."""
+    eval_n: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """Items per target suite and split (validation, adoption); None = the world's (EVAL_SIZES)."""
+    ifeval_n: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """IFEval prompts per split; None = the world's (EVAL_SIZES)."""
+    captrack_n: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """CapTrack items per split, dealt round-robin over the 7 probes; None = the world's (EVAL_SIZES)."""
     eval_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
     """Generation batch size."""
     backend: Literal["transformers", "vllm"] = "transformers"
@@ -144,13 +185,24 @@ class RunConfig(BaseModel):
     tracking_uri: str | None = None
     """MLflow tracking URI; None = MLFLOW_TRACKING_URI, else sqlite:///<runs folder>/mlflow.db."""
 
+    @property
+    def world_kind(self) -> str:
+        """The EVAL_SIZES row of the world this config names: `local` when it sets base_model."""
+        return "local" if self.base_model is not None else self.world
+
+    @property
+    def target_n(self) -> int:
+        """Items per target suite and split."""
+        return self.eval_n if self.eval_n is not None else eval_sizes(self.world_kind).target
+
     def suite_n(self, suite: str) -> int:
         """Items a suite is evaluated on per split (the one rule: the loop's evaluations and the
-        manifest's record of them)."""
-        return {"ifeval": self.ifeval_n, "captrack": self.captrack_n}.get(suite, self.eval_n)
+        manifest's record of them): the config's value, else the world's."""
+        own = {"ifeval": self.ifeval_n, "captrack": self.captrack_n}.get(suite, self.eval_n)
+        return own if own is not None else eval_sizes(self.world_kind).suite_n(suite)
 
 
-FLAG_KEYS = ("episode_budget", "policy", "seed", "bank", "out", "proposer", "base_url", "model", "quiet",
+FLAG_KEYS = ("episode_budget", "policy", "seed", "world_seed", "bank", "out", "proposer", "base_url", "model", "quiet",
              "tracking", "tracking_uri", "cards", "cards_only", "approve")
 """Config keys that `agent run` also takes as flags (flags win)."""
 

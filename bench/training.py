@@ -1,7 +1,7 @@
 """Training throughput and MFU of the loop's own SFT and GRPO runs on the default world, in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/training.py [--threads 1] [--steps 12] [--sft S01 S05 S09]
-        [--grpo G05] [--variant trainers|padding_free|group_by_length|packing]
+        [--grpo G05] [--variant trainers|random|padding_free|group_by_length|packing]
 
 Each card is a real catalogue card of the default world (its batch size, max length, GRPO
 generations and completion length: the loop's sizes) trained through `trainers.run.train`
@@ -14,9 +14,11 @@ set-up and the first steps' warm-up left out); `setup_s` is what they cost. For 
 prints the share of the token slots the model computed that were real tokens (the rest is
 padding), counted by a forward pre-hook; for GRPO the share of the step time spent generating.
 
-`--variant` measures TRL's own options that the trainers do NOT use, because each changes a
-catalogue card's training results (batch composition or float summation order): the
-variant is applied here only, by wrapping `trainers.sft.SFTConfig` (a measuring instrument).
+`--variant` measures TRL's own options beside what the trainers use (each changes a catalogue
+card's training results: batch composition or float summation order); the variant is applied
+here only, by wrapping `trainers.sft.SFTConfig` (a measuring instrument). The trainers took
+group_by_length into SFT with issue 26, so `trainers` and `group_by_length` now measure the same
+thing; `random` measures the seeded random sampler they used before.
 - padding_free: SFTConfig(padding_free=True, max_length=None): one flattened row per batch,
   position_ids, no padding; transformers builds the block-diagonal mask from position_ids for
   SDPA (TRL refuses max_length without packing; no catalogue row reaches 512 tokens anyway).
@@ -44,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 WARM_STEPS = 2
-VARIANTS = {"trainers": {}, "padding_free": {"padding_free": True, "max_length": None},
+VARIANTS = {"trainers": {}, "random": {"train_sampling_strategy": "random"}, "padding_free": {"padding_free": True, "max_length": None},
             "group_by_length": {"train_sampling_strategy": "group_by_length"},
             "packing": {"packing": True}}
 

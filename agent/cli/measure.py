@@ -9,6 +9,7 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from agent.config import build_config
 from agent.experiments.executor import session, task_resources
+from agent.world.embedded import check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
 
@@ -26,6 +27,9 @@ def register(sub) -> None:
                               "--seeds 6 --out /shared/runs/compare")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
     p.add_argument("--seeds", type=int, default=6, help="seeds 0..N-1 (default 6)")
+    p.add_argument("--world-seeds", dest="world_seeds", default=None,
+                   help="comma-separated world seeds, e.g. 0,1,2: the comparison on each world (DIR/world-N/) "
+                        "and pooled over (world seed, seed) pairs (default: the config's world only)")
     p.add_argument("--episode-budget", default=None, help="budget of every episode (default: the config's)")
     p.add_argument("--config", default=None, help="run config YAML shared by every episode")
     p.add_argument("--out", default="runs/compare", help="output directory (default runs/compare)")
@@ -42,6 +46,8 @@ def register(sub) -> None:
     r.add_argument("--out", default="runs/retrospective", help="output directory (an audit ledger)")
     r.add_argument("--cells", type=int, default=None, help="only the first N catalogue candidates")
     r.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    r.add_argument("--world-seed", dest="world_seed", type=int, default=0,
+                   help="seed of the embedded world (default 0; agent world build --world-seed)")
     _execution_flags(r)
     r.set_defaults(func=cmd_retrospective)
 
@@ -61,7 +67,7 @@ def _no_cache(args) -> None:
 
 
 def cmd_compare(args) -> int:
-    from agent.experiments.compare import compare  # noqa: PLC0415
+    from agent.experiments.compare import compare, compare_worlds  # noqa: PLC0415
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -76,12 +82,19 @@ def cmd_compare(args) -> int:
         parse_budget(args.episode_budget)  # BadInput before any episode starts
 
     cfg = build_config(args.config)
-    check_cached_world(cfg)
+    world_seeds = _world_seeds(args.world_seeds)
+    for ws in world_seeds or [cfg.world_seed]:
+        check_cached_world(cfg.model_copy(update={"world_seed": ws}))
     resources = task_resources(cfg)  # what one episode holds on a Ray worker
     _no_cache(args)
     with session(args.executor, address=args.address, jobs=args.jobs, resources=resources) as executor:
-        summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
-                          config=args.config, n_jobs=args.jobs, executor=executor)
+        if world_seeds:
+            summary = compare_worlds(Path(args.out), policies, list(range(args.seeds)), world_seeds,
+                                     budget=args.episode_budget, config=args.config, n_jobs=args.jobs,
+                                     executor=executor)
+        else:
+            summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
+                              config=args.config, n_jobs=args.jobs, executor=executor)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
     from agent.views.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
 
@@ -94,6 +107,21 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _world_seeds(text: str | None) -> list[int] | None:
+    """The --world-seeds list (None: not given); BadInput on anything but distinct world seeds."""
+    if text is None:
+        return None
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--world-seeds {text!r} is not a comma-separated list of integers: e.g. --world-seeds 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BadInput(f"--world-seeds {text!r} needs distinct world seeds: e.g. --world-seeds 0,1,2")
+    for s in seeds:
+        check_world_seed(s)
+    return seeds
+
+
 def cmd_retrospective(args) -> int:
     if not args.execute:
         raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
@@ -101,6 +129,7 @@ def cmd_retrospective(args) -> int:
 
     _no_cache(args)
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
-        result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed, executor=executor)
+        result = retrospective(Path(args.out), size=args.size, world_seed=args.world_seed, n_cells=args.cells,
+                               seed=args.seed, executor=executor)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1

@@ -25,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--config", help="YAML run config (runs/default.yaml, runs/test.yaml, runs/qwen3-4b.yaml)")
     p.add_argument("--policy", help="authorization policy (default bcit)")
     p.add_argument("--seed", type=int, help="run seed")
+    p.add_argument("--world-seed", dest="world_seed", type=int,
+                   help="seed of the embedded world (default 0): another draw of the same recipe")
     p.add_argument("--bank", help="experience bank path (built from the world's seed bank when missing)")
     p.add_argument("--out", help="run directory, runs/ID")
     p.add_argument("--proposer", choices=("catalogue", "openai"), help="catalogue only, or plus an LLM")

@@ -28,15 +28,20 @@ def register(sub) -> None:
 
     build = wsub.add_parser("build", help="build (or load from the cache) the base model; e.g. `agent world build --size test`")
     build.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
+    build.add_argument("--world-seed", dest="world_seed", type=int, default=0,
+                       help="world seed (default 0): the same recipe with another pretraining order, task pools, "
+                            "split draws and source-context assignment")
     build.add_argument("--json", action="store_true", help="print the World manifest as JSON")
     build.add_argument("--threads", type=int, default=None,
                        help="torch threads afterwards; the build itself runs on its recipe's pinned count "
-                            "(test 1, default 2), so the weights never depend on this")
+                            "(1), so the weights never depend on this")
     build.set_defaults(func=cmd_build)
 
     seed = wsub.add_parser("seed-bank", help="build L(0) from real source-context runs; "
                                              "e.g. `agent world seed-bank --size default --bank runs/bank.sqlite`")
     seed.add_argument("--size", choices=SIZES, default="default", help="world size (default: default)")
+    seed.add_argument("--world-seed", dest="world_seed", type=int, default=None,
+                      help="world seed (default 0, or the config's world_seed)")
     seed.add_argument("--config", default=None, help="run config whose world to seed (a local world: base_model "
                                                      "and data_* keys; its bank and seed_cards are the defaults)")
     seed.add_argument("--bank", default=None, help="bank file to import the records into (created if missing; "
@@ -51,11 +56,11 @@ def register(sub) -> None:
 def cmd_build(args) -> int:
     t0 = time.monotonic()
     with bar(f"world {args.size}") as progress:
-        world = ensure_world(args.size, progress=progress, threads=args.threads)
+        world = ensure_world(args.size, world_seed=args.world_seed, progress=progress, threads=args.threads)
     if args.json:
         print(world.to_json())
     else:
-        print(f"world {world.size}-{world.recipe_sha256[:12]} at {world.base_dir} "
+        print(f"world {world.size}-{world.recipe_sha256[:12]} (world seed {world.seed}) at {world.base_dir} "
               f"(built in {world.build_seconds:.0f} s; this call {time.monotonic() - t0:.1f} s)")
         print(f"base weights sha256 {world.model.sha256}")
     return 0
@@ -72,7 +77,7 @@ def cmd_seed_bank(args) -> int:
     t0 = time.monotonic()
     if args.config:  # the world the config names (embedded or local: agent.world.interface)
 
-        cfg = build_config(args.config)
+        cfg = build_config(args.config, {"world_seed": args.world_seed})
         args.bank, cards = args.bank or cfg.bank, cards or seed_cards(cfg)
         with bar("world") as progress:
             world = world_for(cfg, progress)
@@ -80,9 +85,10 @@ def cmd_seed_bank(args) -> int:
         if args.bank is None:
             raise BadInput("agent world seed-bank needs --bank BANK (or --config CFG naming one)")
         with bar(f"world {args.size}") as progress:
-            world = ensure_world(args.size, progress=progress, threads=args.threads)
+            world = ensure_world(args.size, world_seed=args.world_seed or 0, progress=progress, threads=args.threads)
     with bar("seed bank") as progress:
         version = build_seed_bank(world, args.bank, progress, cards=cards, threads=args.threads)
     print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,
+                      "world_seed": world.seed,
                       "base_sha256": world.model.sha256, "seconds": round(time.monotonic() - t0, 1)}))
     return 0

@@ -36,7 +36,7 @@ from typing import Any
 from policies.stats import paired_t_interval, sign_flip_test
 from agent.experiments.compare_output import write_outputs
 from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, adoption_metrics, endpoint_mean,
-                                        read_episode)
+                                        read_episode, unit)
 from agent.experiments.executor import Executor, Job, LocalExecutor
 from agent.run.rundir import RunDir
 
@@ -110,7 +110,7 @@ def _policy_summary(eps: list[EpisodeResult], families: list[str]) -> dict[str, 
     }
 
 
-def _pair(a: str, b: str, by_seed: dict[str, dict[int, EpisodeResult]], metric) -> dict[str, Any]:
+def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], metric) -> dict[str, Any]:
     seeds = sorted(s for s in set(by_seed[a]) & set(by_seed[b])
                    if metric(by_seed[a][s]) is not None and metric(by_seed[b][s]) is not None)
     xa, xb = [metric(by_seed[a][s]) for s in seeds], [metric(by_seed[b][s]) for s in seeds]
@@ -131,10 +131,11 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int, EpisodeResult]], metric) 
 def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Per policy and per pair of policies, over finished episodes (failed ones are listed apart)."""
     ok = [e for e in episodes if e["status"] == "done"]
-    failed = [{k: e[k] for k in ("policy", "seed", "status", "error") if k in e} for e in episodes if e["status"] != "done"]
+    failed = [{k: e[k] for k in ("policy", "seed", "world_seed", "status", "error") if k in e}
+              for e in episodes if e["status"] != "done"]
     policies = list(dict.fromkeys(e["policy"] for e in episodes))
     families = sorted({f for e in ok for f in e["families"]})
-    by_seed = {p: {e["seed"]: e for e in ok if e["policy"] == p} for p in policies}
+    by_seed = {p: {unit(e): e for e in ok if e["policy"] == p} for p in policies}
     pairs = {f"{a}_vs_{b}": {"endpoint": _pair(a, b, by_seed, endpoint_mean),
                              "endpoint_adoption": _pair(a, b, by_seed, lambda e: endpoint_mean(e, "endpoint_adoption")),
                              "trajectory_auc": _pair(a, b, by_seed, trajectory_auc),
@@ -146,10 +147,10 @@ def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
 
 
 def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Per seed, the manifest values that differ across policies (empty = properly paired)."""
+    """Per seed (pairing unit), the manifest values that differ across policies (empty = properly paired)."""
     problems: dict[str, Any] = {}
-    for seed in sorted({e["seed"] for e in episodes}):
-        group = [e for e in episodes if e["seed"] == seed]
+    for seed in sorted({unit(e) for e in episodes}, key=str):
+        group = [e for e in episodes if unit(e) == seed]
         for key in PAIRING_KEYS:
             values = {json.dumps(e["pairing"].get(key), sort_keys=True) for e in group}
             if len(values) > 1:
@@ -164,12 +165,15 @@ def job_name(policy: str, seed: int) -> str:
     return f"{policy}-s{seed}"
 
 
-def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, config: str | None) -> list[str]:
-    """`agent run` for one (policy, seed), with its own run directory and bank file."""
+def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, config: str | None,
+                 world_seed: int | None = None) -> list[str]:
+    """`agent run` for one (policy, seed), with its own run directory and bank file (`world_seed`:
+    the world the episode runs on; None: the config's)."""
     name = job_name(policy, seed)
     run_dir = out / "episodes" / name
     argv = [sys.executable, "-m", "agent", "run", "--policy", policy, "--seed", str(seed), "--quiet",
             "--bank", str(out / "banks" / f"{name}.sqlite")]
+    argv += ["--world-seed", str(world_seed)] if world_seed is not None else []
     argv += ["--episode-budget", budget] if budget else []
     argv += ["--config", config] if config else []
     # A started episode (its manifest is frozen) is resumed; otherwise `agent run --out` starts it.
@@ -250,16 +254,53 @@ def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any
 
 def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
             n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None,
-            executor: Executor | None = None) -> dict[str, Any]:
+            executor: Executor | None = None, world_seed: int | None = None) -> dict[str, Any]:
     """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures.
-    `executor`: where the episodes run (default: n_jobs at once in subprocesses of this machine)."""
+    `executor`: where the episodes run (default: n_jobs at once in subprocesses of this machine);
+    `world_seed`: the embedded world every episode runs on (None: the config's)."""
+    return _compare(out, policies, seeds, budget=budget, config=config, n_jobs=n_jobs, argv_for=argv_for,
+                    executor=executor, world_seed=world_seed)[0]
+
+
+def _compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
+             n_jobs: int, argv_for: Callable[[Path, str, int], list[str]] | None, executor: Executor | None,
+             world_seed: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)
-    argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config))
+    argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config,
+                                                         world_seed=world_seed))
     statuses = run_jobs(out, policies, seeds, executor, argv_for)
-    episodes = collect(statuses)
+    episodes = [e | {"world_seed": world_seed or 0} for e in collect(statuses)]
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
-            "executor": executor.name, "wall_s": time.monotonic() - start}
+            "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": world_seed}
     write_outputs(out, summary, episodes, meta)
+    return summary, episodes
+
+
+def world_dir(out: Path, world_seed: int) -> Path:
+    """Where `compare_worlds` keeps one world's comparison (a whole `agent compare` output)."""
+    return out / f"world-{world_seed}"
+
+
+def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds: list[int], *,
+                   budget: str | None = None, config: str | None = None, n_jobs: int = 1,
+                   executor: Executor | None = None,
+                   argv_for: Callable[[Path, str, int, int], list[str]] | None = None) -> dict[str, Any]:
+    """The paired comparison on each world (DIR/world-<N>/, each resumable as one `agent compare`),
+    then pooled: a pair is (world seed, run seed), so every policy is compared on the same worlds
+    and seeds. DIR/compare.{md,json} hold the pooled statistics and, under `per_world`, each
+    world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`)."""
+    start = time.monotonic()
+    per_world, pooled = {}, []
+    for ws in world_seeds:
+        one = None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws))
+        summary, episodes = _compare(world_dir(out, ws), policies, seeds, budget=budget, config=config,
+                                     n_jobs=n_jobs, argv_for=one, executor=executor, world_seed=ws)
+        per_world[str(ws)] = summary
+        pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
+    summary = summarise(pooled) | {"per_world": per_world}
+    meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
+            "jobs": n_jobs, "executor": (executor or LocalExecutor(n_jobs)).name, "wall_s": time.monotonic() - start}
+    write_outputs(out, summary, pooled, meta)
     return summary

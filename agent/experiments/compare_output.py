@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agent.experiments.episodes import IFEVAL_METRICS, PAIRING_KEYS, endpoint_mean
+from agent.experiments.episodes import IFEVAL_METRICS, PAIRING_KEYS, endpoint_mean, unit
 
 
 def _f(v: Any, nd: int = 2) -> str:
@@ -35,7 +35,7 @@ def _cache_line(cache: dict[str, Any] | None) -> str:
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fams, ifk = summary["families"], list(IFEVAL_METRICS)
     lines = ["# Paired policy comparison", "",
-             f"Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
+             f"{_worlds_line(meta)}Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
              f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "
              f"over the target capabilities {fams}; 'adoption' = the same on the split the gate selected on "
              "(optimistic). IFEval at the end is on the test split; AUC follows the adoption split.", "",
@@ -61,11 +61,34 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
                            pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
                            w["ci95"], _f(w["sign_flip_p"], 4)]))
+    lines += _per_world(summary)
     if summary["failed"]:
         lines += ["", "## Failed episodes (excluded from the statistics)", ""]
-        lines += [f"- {f['policy']} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
+        lines += [f"- {f['policy']} world seed {f.get('world_seed', 0)} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
     lines += ["", "![endpoint per policy](endpoint.png)", "", "![trajectories](trajectories.png)", ""]
     return "\n".join(lines)
+
+
+def _worlds_line(meta: dict[str, Any]) -> str:
+    if meta.get("world_seeds"):
+        return (f"Worlds {meta['world_seeds']} pooled: a pair is (world seed, run seed); each world's own "
+                "comparison is in world-<N>/. ")
+    return f"World seed {meta['world_seed']}. " if meta.get("world_seed") else ""
+
+
+def _per_world(summary: dict[str, Any]) -> list[str]:
+    """Each world's endpoint per policy and endpoint differences per pair, beside the pooled tables."""
+    worlds = summary.get("per_world") or {}
+    if not worlds:
+        return []
+    policies, pairs = list(summary["policies"]), list(summary["pairs"])
+    lines = ["", "## Per world (endpoint on the test split; pair: mean difference, sign-flip p)", "",
+             _row(["world seed"] + policies + pairs), "|" + "---|" * (1 + len(policies) + len(pairs))]
+    for ws, s in worlds.items():
+        lines.append(_row([ws] + [s["policies"].get(p, {}).get("endpoint_mean") for p in policies]
+                          + [f"{_f(s['pairs'][pr]['endpoint']['mean_diff'])} (p {_f(s['pairs'][pr]['endpoint']['sign_flip_p'], 4)})"
+                             if pr in s["pairs"] else None for pr in pairs]))
+    return lines
 
 
 def figures(out: Path, summary: dict[str, Any], episodes: list[dict]) -> None:
@@ -76,9 +99,9 @@ def figures(out: Path, summary: dict[str, Any], episodes: list[dict]) -> None:
     policies = list(summary["policies"])
     ok = [e for e in episodes if e["status"] == "done"]
     fig, ax = plt.subplots(figsize=(1.6 * len(policies) + 2, 4))
-    for seed in sorted({e["seed"] for e in ok}):  # one grey line per seed joins its paired episodes
+    for seed in sorted({unit(e) for e in ok}, key=str):  # one grey line per pair joins its paired episodes
         pts = [(i, endpoint_mean(e)) for i, p in enumerate(policies) for e in ok
-               if e["policy"] == p and e["seed"] == seed and endpoint_mean(e) is not None]
+               if e["policy"] == p and unit(e) == seed and endpoint_mean(e) is not None]
         ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color="grey", alpha=0.5, lw=1)
     ax.scatter(range(len(policies)), [summary["policies"][p]["endpoint_mean"] or math.nan for p in policies],
                marker="_", s=600, color="black", zorder=3, label="mean")
@@ -94,7 +117,8 @@ def figures(out: Path, summary: dict[str, Any], episodes: list[dict]) -> None:
         xs, ys = [h for h, _ in e["trajectory"]], [sum(t.get(f, math.nan) for f in e["families"]) / len(e["families"])
                                                     for _, t in e["trajectory"]]
         ax.step(xs + [max(e["budget_h"], xs[-1])], ys + ys[-1:], where="post", color=colours[e["policy"]], alpha=0.7,
-                label=e["policy"] if e["seed"] == min(x["seed"] for x in ok if x["policy"] == e["policy"]) else None)
+                label=e["policy"] if unit(e) == min((unit(x) for x in ok if x["policy"] == e["policy"]), key=str)
+                else None)
     ax.set_xlabel("device-hours spent")
     ax.set_ylabel("current parent: mean target score (pp)")
     ax.legend(fontsize=8)

@@ -86,7 +86,16 @@ class EpisodeResult(TypedDict, total=False):
     cache: dict[str, Any]
     policy: str
     seed: int
+    world_seed: int
+    """The embedded world's seed (0 unless `agent compare --world-seeds`)."""
+    unit: str
+    """The pairing unit when several worlds are pooled: `w<world seed>-s<seed>` (else the seed)."""
     status: str
+
+
+def unit(ep: EpisodeResult) -> int | str:
+    """What pairs episodes across policies: the run seed, or (world seed, run seed) when worlds are pooled."""
+    return ep.get("unit", ep["seed"])
 
 
 def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> EpisodeResult:

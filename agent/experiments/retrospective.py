@@ -45,7 +45,7 @@ from experience_bank.files import once, write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies import outcomes
 from policies.stats import clopper_pearson, spearman
-from agent.config import RunConfig
+from agent.config import RunConfig, eval_sizes
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
 from agent.experiments.retro_summary import write_summary
 from agent.world.catalogue import catalogue, catalogue_sha256
@@ -67,11 +67,13 @@ MIN_EFFECT_PP = DEFAULTS.gate_min_gain_pp
 IFEVAL_DROP_PP = DEFAULTS.gate_ifeval_drop_pp
 """IFEval strict accuracies may not fall more than this (docs/AUTHORIZER.md §6)."""
 IFEVAL = ("prompt_strict", "inst_strict")
-EVAL_N = {"test": {"validation": (16, 8), "adoption": (16, 8)},
-          "default": {"validation": (64, 100), "adoption": (64, 200)},
-          "local": {"validation": (64, 100), "adoption": (64, 200)}}
-"""(target items, IFEval items) per world size and split (a local world's splits may hold fewer:
-all of them). 200 adoption prompts: one IFEval prompt is 0.5 pp, a quarter of the -2 pp bound."""
+
+
+def eval_n(world_size: str) -> tuple[int, int]:
+    """(target items, IFEval prompts) of every evaluation of a cell, on both splits: the world's
+    decision sizes (agent.config.EVAL_SIZES; a local world's splits may hold fewer: all of them)."""
+    sizes = eval_sizes(world_size)
+    return sizes.target, sizes.ifeval
 
 
 # --- pure: classify and summarise ----------------------------------------------------------
@@ -305,11 +307,11 @@ class WorldPorts:
 
     def __init__(self, world: Any):
         self.world = world
-        self.sizes = EVAL_N[world.size]
+        self.sizes = eval_n(world.size)
         self.runner = CardRunner(world)  # its run cache is shared with episodes and the seed bank
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
-        n, n_ifeval = self.sizes[split]
+        n, n_ifeval = self.sizes
         target = self.runner.evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n)
         ife = self.runner.evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval)["ifeval"]
         key = PRIMARY_METRIC[family]
@@ -331,32 +333,33 @@ def base_context(world: Any) -> Any:
     return current_context(world, world.model, 0)
 
 
-def embedded_ports(size: str) -> WorldPorts:
-    """The ports of the embedded world of `size`, built where they are called (a Ray worker reads
-    the world from its $AGENT_CACHE, or builds it when that cache lacks it)."""
-    return WorldPorts(ensure_world(size))
+def embedded_ports(size: str, world_seed: int = 0) -> WorldPorts:
+    """The ports of the embedded world of `size` and `world_seed`, built where they are called (a
+    Ray worker reads the world from its $AGENT_CACHE, or builds it when that cache lacks it)."""
+    return WorldPorts(ensure_world(size, world_seed=world_seed))
 
 
-def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
+def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | None = None, seed: int = 0,
                   make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
                   executor: Executor | None = None) -> dict[str, Any]:
     """Build (or resume) the table: freeze every cell's features, then run the cells through the
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
     None: the embedded world of `size`, which each worker builds its own ports for."""
-    make_ports = make_ports or (partial(WorldPorts, world) if world is not None else partial(embedded_ports, size))
-    world = world if world is not None else ensure_world(size)
+    make_ports = make_ports or (partial(WorldPorts, world) if world is not None
+                                else partial(embedded_ports, size, world_seed))
+    world = world if world is not None else ensure_world(size, world_seed=world_seed)
     cards = list(catalogue(world))[:n_cells]
     records = {r.card.id: r for r in seed_records(world, cards=[c.id for c in cards])}
     ctx = base_context(world)
     features = {c.id: compile_features(records[c.id], ctx) for c in cards}
     features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
     (out / "ledger.json").write_text(json.dumps({
-        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}",
+        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "world_seed": world.seed,
         "base_sha256": world.model.sha256, "seed": seed,
         "catalogue_sha256": catalogue_sha256(),
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
-        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": EVAL_N.get(world.size),
+        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": eval_n(world.size),
         "control": "trained matched control (agent/world/controls.py) at the same fraction"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
     result = run_table(out, cards, make_ports, world.base_dir, seed, features, hashes,

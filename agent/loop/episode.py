@@ -203,12 +203,12 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
     evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
-                            n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
-                            sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.eval_n})
+                            n=cfg.target_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                            sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.target_n})
     manifest = build_manifest(
         episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
-        world=WorldId(size=world.size, recipe_sha256=world.recipe_sha256,
+        world=WorldId(size=world.size, seed=world.seed, recipe_sha256=world.recipe_sha256,
                       chat_template_sha256=world.chat_template_sha256),
         library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
         allowlist=_allowlist(world, bank).manifest())

@@ -40,6 +40,8 @@ class WorldId(Frozen):
 
     size: str
     """Embedded world size (test, default, smol)."""
+    seed: int = 0
+    """World seed (0 in manifests from before world seeds)."""
     recipe_sha256: Sha256
     """Hash of the world's recipe (the cache key)."""
     chat_template_sha256: Sha256

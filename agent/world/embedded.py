@@ -52,7 +52,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -100,11 +100,10 @@ class Recipe:
     threads: int = 1
     """torch intra-op threads of the build, whatever the caller set (`--threads` only sets what
     runs after it). The thread count decides how CPU kernels may split a sum, so it is part of
-    the recipe, not of the caller: a default base built with 1 thread (f5bce955, issue 30) is
-    not the published one, built with 2 (de0373bc), though 1 and 2 threads gave the same
-    test-size base and the same first 30 default steps here. The default keeps 2, the count
-    its base was published with; test keeps 1: on the busy shared 2-core machine 2 threads
-    built the test base in 1,013 s against 162 s with 1."""
+    the recipe, not of the caller. Both sizes build with 1: on a 2-core machine that other work
+    shares, 2 threads built the test base in 1,013 s against 162 s with 1, and a default build
+    took 4-6x longer (world-v3's base, built with 2 threads on an idle machine in 464 s, keeps its
+    own id: docs/results/world-default.md)."""
 
 
 # Source tasks carry most of the mixture. A small share of each target's train pool is in
@@ -127,14 +126,26 @@ RECIPES: dict[str, Recipe] = {
                       num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
                       max_length=512, mixture=tuple(zip(_MIX, (1000, 1000, 1000, 250, 250, 500, 1000, 10_000))),
                       steps=1600, batch_size=32, learning_rate=2e-3, tokenizer_rows=1000,
-                      early_step=800, threads=2),
+                      early_step=800, threads=1),
 }
 
 
-def recipe_for(size: str) -> Recipe:
+MAX_WORLD_SEED = 2**31 - 1
+
+
+def recipe_for(size: str, world_seed: int = 0) -> Recipe:
+    """The recipe of a world size at a world seed: the same recipe, another draw of everything
+    seeded (pretraining order and initialisation, every task pool and split, the seed bank's
+    source-context assignment), so one recipe gives many worlds."""
     if size not in RECIPES:
         raise BadInput(f"unknown world size {size!r}: choose one of {', '.join([*RECIPES, 'smol'])}")
-    return RECIPES[size]
+    check_world_seed(world_seed)
+    return replace(RECIPES[size], seed=world_seed)
+
+
+def check_world_seed(world_seed: int) -> None:
+    if isinstance(world_seed, bool) or not isinstance(world_seed, int) or not 0 <= world_seed <= MAX_WORLD_SEED:
+        raise BadInput(f"world seed {world_seed!r} is not an integer in 0..{MAX_WORLD_SEED}: pass --world-seed N")
 
 
 BUILD_LIBRARIES = ("torch", "transformers", "trl", "tokenizers", "accelerate")
@@ -157,16 +168,19 @@ def recipe_sha256(recipe: Recipe, env: BuildEnv | None = None) -> str:
     return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data, "build": asdict(env)})
 
 
-def ensure_world(size: str = "default", *, progress: Progress | None = None, threads: int | None = None) -> World:
-    """The world of this size: loaded from the cache, or built (and cached) when missing.
+def ensure_world(size: str = "default", *, world_seed: int = 0, progress: Progress | None = None,
+                 threads: int | None = None) -> World:
+    """The world of this size and world seed: loaded from the cache, or built (and cached) when missing.
 
     `threads` sets torch's intra-op threads for what the caller runs next (None: leave them);
     the build itself always runs with the recipe's `threads`, so it does not change the
     weights. A cached world is served only when its weights still hash to what it recorded
     (store.load_world; BadInput otherwise)."""
     if size == "smol":
+        if world_seed:
+            raise BadInput("the smol world is converted from a GGUF, not built from a seed: drop --world-seed")
         return ensure_smol_world(progress=progress)
-    recipe = recipe_for(size)
+    recipe = recipe_for(size, world_seed)
     env = build_env()
     rhash = recipe_sha256(recipe, env)
     root = world_dir(size, rhash)
@@ -179,10 +193,10 @@ def ensure_world(size: str = "default", *, progress: Progress | None = None, thr
     return _build(recipe, env, rhash, root, progress)
 
 
-def cached_world(size: str) -> World | None:
-    """The world of this size if it is cached here, after load_world's checks (None: not built
-    here; nothing is built)."""
-    rhash = recipe_sha256(recipe_for(size))
+def cached_world(size: str, world_seed: int = 0) -> World | None:
+    """The world of this size and seed if it is cached here, after load_world's checks (None: not
+    built here; nothing is built)."""
+    rhash = recipe_sha256(recipe_for(size, world_seed))
     root = world_dir(size, rhash)
     return load_world(root, rhash) if (root / "world.json").exists() else None
 

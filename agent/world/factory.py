@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from experience_bank.errors import BadInput
+
 from agent.config import RunConfig
 from agent.progress import Progress
 from agent.world.embedded import cached_world, ensure_world
@@ -13,8 +15,11 @@ def world_for(cfg: RunConfig, progress: Progress | None = None) -> WorldData:
     """The world a run config names: a local world when it sets `base_model`, else the embedded
     world of its size (built once and cached)."""
     if cfg.base_model is not None:
+        if cfg.world_seed:
+            raise BadInput("world_seed picks an embedded world; a local world (base_model) is your own data: "
+                           "drop world_seed")
         return local_world(cfg)
-    return ensure_world(cfg.world, progress=progress)
+    return ensure_world(cfg.world, world_seed=cfg.world_seed, progress=progress)
 
 
 def check_cached_world(cfg: RunConfig) -> None:
@@ -22,7 +27,7 @@ def check_cached_world(cfg: RunConfig) -> None:
     world its id names; builds nothing. For commands that start many episodes (`agent compare`),
     which would otherwise each fail on it alone."""
     if cfg.base_model is None:
-        cached_world(cfg.world)
+        cached_world(cfg.world, cfg.world_seed)
 
 
 def seed_cards(cfg: RunConfig) -> tuple[str, ...] | None:

@@ -49,10 +49,11 @@ from experience_bank.records import (
     CandidateCard, HistoricalRecord, ModelRef, Provenance, RetentionEffect, SourceEvidence, parse_record,
 )
 
+from agent.config import eval_sizes
 from agent.world.catalogue import catalogue, catalogue_sha256
 from agent.world.controls import control_card, control_key
 from agent.world.source_contexts import (
-    DATA_RELEASE, SOURCE_PARENT, SOURCE_SYSTEM_PROMPT, parent_ref, source_applicability, source_card,
+    DATA_RELEASE, SOURCE_SYSTEM_PROMPT, parent_ref, source_applicability, source_parents, source_card,
     source_context, templated,
 )
 from agent.progress import Progress
@@ -76,6 +77,11 @@ REPLICATE_SEEDS = (0, 1)
 PRODUCED_BY = "agent world seed-bank"
 
 
+SEED_STEP_SCALE = {"test": 0.5, "default": 0.25, "smol": 0.25, "local": 0.25}
+"""Share of each card's nominal steps a source run takes, per world size (`local`: every local
+world, whose steps are scaled by its own step_scale first). Evaluation sizes: agent.config.EVAL_SIZES."""
+
+
 @dataclass(frozen=True)
 class SeedSize:
     """Per-world-size cost knobs of the seed bank."""
@@ -88,9 +94,10 @@ class SeedSize:
     """IFEval items evaluated."""
 
 
-SEED_SIZES = {"test": SeedSize(0.5, 16, 8), "default": SeedSize(0.25, 64, 32), "smol": SeedSize(0.25, 32, 16),
-              "local": SeedSize(0.25, 16, 8)}
-"""`local`: every local world (its steps are scaled by its own step_scale first)."""
+def seed_size(world: World) -> SeedSize:
+    kind = world.size if world.size in SEED_STEP_SCALE else "local"
+    sizes = eval_sizes(kind)
+    return SeedSize(SEED_STEP_SCALE[kind], sizes.seed_source, sizes.seed_ifeval)
 
 
 def seed_dir(world: World) -> Path:
@@ -101,11 +108,11 @@ def plan_sha256(world: World, card_ids: Sequence[str]) -> str:
     """Everything that determines the seed records: world, its base's weights, catalogue, plan and sizes."""
     return content_hash({"world": world.recipe_sha256, "base": world.model.sha256, "catalogue": catalogue_sha256(),
                          "grades": GRADE_PLAN,
-                         "parents": SOURCE_PARENT, "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
+                         "parents": source_parents(world.seed), "release": DATA_RELEASE, "system": SOURCE_SYSTEM_PROMPT,
                          "control": [controls.CONTROL_POOL, controls.REFERENCE, controls.CONTROL_COMPLETION_TOKENS,
                                      controls.CONTROL_TARGETS],
                          "kappa": KAPPA, "seeds": REPLICATE_SEEDS,
-                         "size": SEED_SIZES[world.size].__dict__, "cards": sorted(card_ids)})
+                         "size": seed_size(world).__dict__, "cards": sorted(card_ids)})
 
 
 # --- the public entry ---------------------------------------------------------------------
@@ -178,7 +185,7 @@ class _Runner:
 
     def __init__(self, world: World, progress: Progress | None, total: int):
         self.world, self.progress, self.total, self.done = world, progress, total, 0
-        self.size = SEED_SIZES[world.size]
+        self.size = seed_size(world)
         self.root = seed_dir(world)
         self.cards = {c.id: c for c in catalogue(world)}
         self.pairs, self.control_runs = 0, set()
@@ -285,7 +292,7 @@ class _Runner:
 
     # one record
     def record(self, card: CandidateCard) -> HistoricalRecord:
-        where = SOURCE_PARENT[card.id]
+        where = source_parents(self.world.seed)[card.id]
         parent_dir, parent = self.parent(where)
         grade = GRADE_PLAN[card.id]
         seeds = REPLICATE_SEEDS if grade == "A" else REPLICATE_SEEDS[:1]

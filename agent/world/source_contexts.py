@@ -21,6 +21,7 @@ conditions. agent/world/seed_bank.py runs the plan; tests compile its records wi
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 from experience_bank.errors import BadInput
@@ -38,11 +39,28 @@ SOURCE_PARENT = {
     **{c: "early" for c in ("S02", "S03", "S04", "G01", "G03", "G04", "S06", "S08", "G05", "G08", "S10", "S12",
                             "G12")},
 }
-"""Frozen before any run: the parent each card's evidence was observed on (module docstring)."""
+"""Frozen before any run: the parent each card's evidence was observed on (module docstring), in
+world seed 0."""
+FIXED_PARENT = ("S01",)
+"""Cards whose source parent no world seed moves: S01's source run is the stage-1 parent itself
+(seed_bank.STAGE1_PARENT), so it is observed on the base."""
 DATA_RELEASE = {"S03": 1, "S06": 1, "S10": 1}
 """Cards whose B_i names their variant pool at an earlier release (the world's seed + this)."""
 SOURCE_SYSTEM_PROMPT = "You are a helpful assistant."
 """The default system message of the `early-template` parent's chat template."""
+
+
+def source_parents(world_seed: int) -> dict[str, str]:
+    """The source parent of every card in the world of `world_seed`: the written plan
+    (SOURCE_PARENT) in world seed 0; in any other world the same parents (as many of each) dealt
+    to the cards by a shuffle seeded with the world seed, so which evidence is foreign, which
+    parent is later and which template conflicts fire differ from world to world."""
+    if world_seed == 0:
+        return dict(SOURCE_PARENT)
+    movable = sorted(c for c in SOURCE_PARENT if c not in FIXED_PARENT)
+    parents = [SOURCE_PARENT[c] for c in movable]
+    random.Random(f"source-parents:{world_seed}").shuffle(parents)
+    return {c: SOURCE_PARENT[c] for c in FIXED_PARENT} | dict(zip(movable, parents, strict=True))
 
 
 def parent_ref(where: str, world: World, *, template_sha256: str = "", stage1_sha256: str = "") -> ModelRef:

@@ -17,8 +17,11 @@ from experience_bank.errors import BadInput
 SPLITS = ("train", "validation", "adoption", "test")
 # Share of the key space per split (percent buckets): train gets most of it.
 _BUCKETS = {"train": range(0, 70), "validation": range(70, 80), "adoption": range(80, 90), "test": range(90, 100)}
-DEFAULT_N = {"train": 1000, "validation": 100, "adoption": 200, "test": 200}
-_MAX_DRAWS_PER_ITEM = 60  # a split holds ~10% of the space; 60x leaves room for duplicates
+DEFAULT_N = {"train": 1000, "validation": 200, "adoption": 200, "test": 200}
+_MAX_DRAWS_PER_ITEM = 300
+"""Draws allowed per item asked for: a split holds ~10% of the key space, and a small question
+space (sql/target: ~280 questions per split) needs many draws to collect 200 distinct ones.
+Only a request that would fail depends on it: the first n distinct items are the same."""
 
 Maker = Callable[[random.Random], tuple[str, str, dict]]
 
