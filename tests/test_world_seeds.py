@@ -130,3 +130,16 @@ def test_compare_pools_paired_seeds_across_worlds(tmp_path):
     md = (out / "compare.md").read_text()
     assert "Worlds [0, 2] pooled" in md and "## Per world" in md and "MISMATCH" not in md
     assert "--world-seed" in C.episode_argv(out, "good", 0, budget=None, config=None, world_seed=2)
+
+
+def test_a_bank_seeded_in_another_world_is_named():
+    from types import SimpleNamespace as NS
+
+    from agent.world.seed_bank import foreign_seed_bank
+
+    world = NS(size="default", recipe_sha256="a" * 64)
+    rec = lambda tag: NS(provenance=NS(artefacts=(f"artefacts/seed-{tag}/S01/source",)))  # noqa: E731
+    assert foreign_seed_bank(world, [rec("default-" + "b" * 12)]) == "default-" + "b" * 12
+    assert foreign_seed_bank(world, [rec("default-" + "b" * 12), rec("default-" + "a" * 12)]) is None
+    assert foreign_seed_bank(world, [rec("test-" + "b" * 12), NS(provenance=NS(artefacts=()))]) is None
+    assert foreign_seed_bank(world, []) is None

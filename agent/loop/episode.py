@@ -44,7 +44,7 @@ from agent.loop.proposer import Allowlist, load_proposals
 from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
 from agent.run.promotion import init_parent
 from agent.views.tracking import tracked
-from agent.world.seed_bank import build_seed_bank
+from agent.world.seed_bank import build_seed_bank, foreign_seed_bank
 from experience_bank.bank import Bank
 from trainers.ledger import Ledger, parse_budget
 
@@ -192,7 +192,14 @@ def _world_and_bank(cfg: RunConfig, say):
         say(f"building the seed bank of world {name} at {cfg.bank} (once)")
         with display.reporter("seed bank", cfg.quiet, say) as progress:
             build_seed_bank(world, cfg.bank, progress, cards=seed_cards(cfg))
-    return world, Bank.open(cfg.bank)
+    bank = Bank.open(cfg.bank)
+    other = foreign_seed_bank(world, (e.record for e in bank.library_records()))
+    if other is not None:
+        bank.close()
+        raise BadInput(f"bank {cfg.bank} holds the seed bank of world {other}, not of this world "
+                       f"{world.size}-{world.recipe_sha256[:12]} (world seed {world.seed}): pass --bank NEW.sqlite "
+                       "to build this world's")
+    return world, bank
 
 
 def _allowlist(world, bank):

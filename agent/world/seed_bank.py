@@ -36,7 +36,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -378,6 +379,17 @@ def _retention(result) -> dict[str, float]:
 
 def artefact_prefix(world: World) -> str:
     return f"artefacts/seed-{world.size}-{world.recipe_sha256[:12]}"
+
+
+def foreign_seed_bank(world: World, records: Iterable[Any]) -> str | None:
+    """The world id (`<size>-<hash12>`) whose seed bank a library was built from, when it is another
+    world of the same size and none of its records are this world's: the evidence was observed in
+    another world (another world seed, recipe or build environment), so its L(0) is not this world's.
+    None when the library holds this world's seed records, or none from a world of this size."""
+    mine, size_tag = artefact_prefix(world).removeprefix("artefacts/seed-"), f"artefacts/seed-{world.size}-"
+    seen = {a.removeprefix("artefacts/seed-").split("/")[0] for r in records
+            for a in getattr(getattr(r, "provenance", None), "artefacts", ()) if a.startswith(size_tag)}
+    return None if not seen or mine in seen else sorted(seen)[0]
 
 
 def _copy_artefacts(world: World, bank_dir: Path) -> None:
