@@ -139,13 +139,13 @@ def resolve(model_dir: str, adapter_dir: str | None) -> Served:
         return Served(str(model_dir), sha256_text(f"served:{model_dir}"))
     sha = models.weights_sha256(folder)
     listing = served_models()
-    if adapter_dir is None:
-        name = _served_as(str(folder), listing)
-        if name is None:
-            raise BadInput(f"{folder} is a full-weights model, not a LoRA adapter, and the server at {base_url()} "
-                           f"does not serve it (it serves {', '.join(m for m, _ in _base_names(listing)) or 'nothing'}): "
-                           f"serve it as its own model (`vllm serve {folder}`) or evaluate it with backend transformers")
+    name = _served_as(str(folder), listing)
+    if name is not None:  # served as itself: asked for directly, nothing to load
         return Served(name, sha)
+    if adapter_dir is None:
+        raise BadInput(f"{folder} is a full-weights model, not a LoRA adapter, and the server at {base_url()} "
+                       f"does not serve it (it serves {', '.join(m for m, _ in _base_names(listing)) or 'nothing'}): "
+                       f"serve it as its own model (`vllm serve {folder}`) or evaluate it with backend transformers")
     adapter = Path(adapter_dir).resolve()
     trained_on = _adapter_base(adapter)
     if _served_as(trained_on, listing) is None:

@@ -262,3 +262,11 @@ def test_an_adapter_already_loaded_under_the_childs_name_is_used_and_left_loaded
     result = _evaluate(world, child, child / "adapter")[SUITE]
     assert result.metrics["exec_acc"] == 100.0 and state.loaded == {name: str(child / "adapter")}
     assert "POST /v1/unload_lora_adapter" not in _routes(state)
+
+
+def test_a_child_the_server_serves_as_itself_is_asked_for_by_its_path(world):
+    state, child = world["state"], world["child"]
+    state.base = str(child)  # `vllm serve CHILD`: no adapter to load
+    _evaluate(world, child, child / "adapter")
+    assert {b["model"] for c, b in state.calls if c == "POST /v1/chat/completions"} == {str(child)}
+    assert not [c for c in _routes(state) if "lora" in c]
