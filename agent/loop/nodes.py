@@ -30,6 +30,7 @@ from experience_bank.records import CandidateCard, Decision, Event, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
+from policies.gate import trial_paired_se
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
 from agent.loop.approval import hold
@@ -210,12 +211,24 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
                 "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
-    result = once(ctx.rundir.trial_file(dh), lambda: ctx.ports.trial(
+    result = once(ctx.rundir.trial_file(dh), lambda: _with_paired_se(ctx, card, ctx.ports.trial(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "trial")), f"{ctx.episode_id}:{dh[:16]}:trial",
-        _measure(ctx, card, parent_val, initial_val)), TrialResult)
+        _measure(ctx, card, parent_val, initial_val)), parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
     return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
+
+
+def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, parent_val: dict,
+                    initial_val: dict) -> TrialResult:
+    """The trial's record with the paired SE of its deltas (the verdict stays the single run's),
+    from the child's validation evaluation the measurement stored; unchanged where it stored none."""
+    sha = ctx.ports.model_sha(trial.train.checkpoint)
+    if not ctx.rundir.has_evaluation(sha, "validation"):
+        return trial
+    child = ctx.rundir.evaluation(sha, "validation")
+    se = trial_paired_se(initial_val, parent_val, child, target_metric(card.family), ctx.manifest.gate)
+    return trial.model_copy(update={"paired_se_pp": se})
 
 
 def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str = "") -> dict:
