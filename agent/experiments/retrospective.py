@@ -36,8 +36,8 @@ compiled from the seed bank's record of the card against the base-model context,
 `cells.jsonl` (features + outcomes, one line per cell) plus `summary.json`. Controls are kept
 per seed (`controls.control_key` includes it).
 
-Execution (agent/experiments/executor.py): the cells run one after another in this process, or
-as Ray tasks side by side (`--executor ray`), each building its own ports where it runs; the
+Execution (agent/experiments/executor.py): one job per (cell, seed); the jobs run one after
+another in this process, or as Ray tasks side by side (`--executor ray`), each building its own ports where it runs; the
 steps two cells share (a matched control's run and evaluations) are single-flight (`_once`), so
 the files are the same whichever executor ran them.
 """
