@@ -180,13 +180,16 @@ def after_authorize(state: State) -> str:
 # --- validate, train, gate ---------------------------------------------------------------
 
 
-def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict):
+def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict, seen: dict | None = None):
     """The trial checkpoint's measurement: evaluated (and charged) like every model, then
-    trainers.trial.measurement with the gate's retention metrics and unparseable limit."""
+    trainers.trial.measurement with the gate's retention metrics and unparseable limit.
+    `seen["child"]`: the child's results, kept for the trial's paired SE."""
     g = ctx.manifest.gate
 
     def measure(checkpoint: str):
         child = _evaluation(ctx, checkpoint, ctx.ports.model_sha(checkpoint), "validation")
+        if seen is not None:
+            seen["child"] = child
         return measurement(child, parent_val, initial_val, target=target_metric(card.family),
                            retention=(f"{g.ifeval_suite}.{g.ifeval_prompt_metric}",
                                       f"{g.ifeval_suite}.{g.ifeval_instruction_metric}"),
@@ -211,22 +214,23 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
                 "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
+    seen: dict = {}
     result = once(ctx.rundir.trial_file(dh), lambda: _with_paired_se(ctx, card, ctx.ports.trial(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "trial")), f"{ctx.episode_id}:{dh[:16]}:trial",
-        _measure(ctx, card, parent_val, initial_val)), parent_val, initial_val), TrialResult)
+        _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
     return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
 
 
-def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, parent_val: dict,
-                    initial_val: dict) -> TrialResult:
+def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Callable[[str], Any],
+                    parent_val: dict, initial_val: dict) -> TrialResult:
     """The trial's record with the paired SE of its deltas (the verdict stays the single run's),
-    from the child's validation evaluation the measurement stored; unchanged where it stored none."""
-    sha = ctx.ports.model_sha(trial.train.checkpoint)
-    if not ctx.rundir.has_evaluation(sha, "validation"):
+    from the child's results its measurement saw; unchanged where no measurement ran here (a
+    trainer that served a stored trial, or a fake)."""
+    child = seen("child")
+    if child is None:
         return trial
-    child = ctx.rundir.evaluation(sha, "validation")
     se = trial_paired_se(initial_val, parent_val, child, target_metric(card.family), ctx.manifest.gate)
     return trial.model_copy(update={"paired_se_pp": se})
 
