@@ -45,7 +45,9 @@ def register(sub) -> None:
     r.add_argument("--size", choices=("test", "default"), default="default", help="world size")
     r.add_argument("--out", default="runs/retrospective", help="output directory (an audit ledger)")
     r.add_argument("--cells", type=int, default=None, help="only the first N catalogue candidates")
-    r.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    r.add_argument("--seed", type=int, default=0, help="first training seed (default 0)")
+    r.add_argument("--seeds", type=int, default=None,
+                   help="training seeds per cell, from --seed on (default 3; 1: one run per cell, as before)")
     r.add_argument("--world-seed", dest="world_seed", type=int, default=0,
                    help="seed of the embedded world (default 0; agent world build --world-seed)")
     _execution_flags(r)
@@ -130,6 +132,6 @@ def cmd_retrospective(args) -> int:
     _no_cache(args)
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
         result = retrospective(Path(args.out), size=args.size, world_seed=args.world_seed, n_cells=args.cells,
-                               seed=args.seed, executor=executor)
+                               seed=args.seed, seeds=args.seeds, executor=executor)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1
