@@ -143,3 +143,19 @@ def test_a_bank_seeded_in_another_world_is_named():
     assert foreign_seed_bank(world, [rec("default-" + "b" * 12), rec("default-" + "a" * 12)]) is None
     assert foreign_seed_bank(world, [rec("test-" + "b" * 12), NS(provenance=NS(artefacts=()))]) is None
     assert foreign_seed_bank(world, []) is None
+
+
+def test_the_current_context_does_not_depend_on_the_order_of_the_worlds_protocols():
+    """A freshly built world listed finance, sql, function; the same world loaded from its
+    world.json lists them sorted: both must give one context (one decision hash)."""
+    from types import SimpleNamespace as NS
+
+    from agent.world.records import current_context
+    from experience_bank.records import ModelRef
+
+    parent = ModelRef(id="m", sha256="a" * 64, arch="qwen3", chat_template_sha256="b" * 64)
+    protocols = {"finance": "answer-scale", "sql": "sql", "function": "json-call"}
+    make = lambda p: NS(output_protocols=p, datasets={}, eval_protocol="e")  # noqa: E731
+    built = current_context(make(protocols), parent, 0)
+    loaded = current_context(make(dict(sorted(protocols.items()))), parent, 0)
+    assert built == loaded and built.families == ("finance", "function", "sql")

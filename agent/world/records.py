@@ -20,10 +20,12 @@ from agent.world.store import RUNTIMES
 def current_context(world: WorldData, parent: ModelRef, stage: int) -> CurrentContext:
     """x_t: the world's families, target tasks, datasets, runtimes and protocols around `parent`
     (the one definition: the loop's authorize node and the retrospective's cells both call it)."""
-    families = tuple(world.output_protocols)
+    # sorted: a world loaded from its world.json (keys sorted) and the same world as its build
+    # returned it must give one context, and one decision hash
+    families = tuple(sorted(world.output_protocols))
     return CurrentContext(parent=parent, stage=stage, families=families, tasks={f: f"{f}/target" for f in families},
                           datasets=dict(world.datasets), runtimes=RUNTIMES, eval_protocol=world.eval_protocol,
-                          output_protocols=dict(world.output_protocols))
+                          output_protocols={f: world.output_protocols[f] for f in families})
 
 
 def model_ref(world: WorldData, sha256: str, lineage: tuple[str, ...] = ()) -> ModelRef:
