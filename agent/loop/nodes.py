@@ -37,6 +37,7 @@ from agent.loop.state import Ctx, State
 from agent.run.approvals import why
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
+from agent.loop.reporting import report_inputs
 from agent.views.modelcard import write_promotion_cards
 from agent.views.report import write_report
 
@@ -384,6 +385,9 @@ def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
 
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
-    """Write runs/ID/report.md and report.html from what the run stored (and the world ports' context)."""
-    write_report(runtime.context, dict(state))
+    """Store what only the live episode can compute (report_inputs.json), then write runs/ID/report.md
+    and report.html from the run directory alone."""
+    ctx = runtime.context
+    ctx.rundir.write_report_inputs(report_inputs(ctx, state))
+    write_report(ctx.rundir)
     return {}
