@@ -68,8 +68,8 @@ def describe(run_dir: Path) -> dict[str, Any]:
         spent = Ledger(str(rd.ledger_file)).spent(manifest.episode_id)
     promotions = read_pointer(run_dir).promotions if rd.parent_file.is_file() else 0
     state = episode_state(rd)
-    return {"id": rd.episode_id, "state": state, "policy": manifest.config["policy"],
-            "world": manifest.config["world"], "spent_h": round(spent, 4),
+    return {"id": rd.episode_id, "state": state, "policy": manifest.config.policy,
+            "world": manifest.config.world, "spent_h": round(spent, 4),
             "budget_h": manifest.budget_device_hours, "promotions": promotions, "path": str(run_dir),
             "resume": f"agent run --resume {run_dir}" if state == "killed" else None}
 

@@ -130,7 +130,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print, answer: di
     if resume:
         run_dir = _run_dir(cfg, resume)
         manifest = run_dir.manifest()
-        cfg = RunConfig(**(manifest.config | ({"quiet": True} if cfg.quiet else {})))
+        cfg = manifest.config.model_copy(update={"quiet": True}) if cfg.quiet else manifest.config
     else:
         budget_h = check_inputs(cfg)
         run_dir = _run_dir(cfg, None)
@@ -206,7 +206,7 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
                             n=cfg.eval_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                             sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.eval_n})
     manifest = build_manifest(
-        episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
+        episode_id=run_dir.episode_id, config=cfg, budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
         world=WorldId(size=world.size, recipe_sha256=world.recipe_sha256,
                       chat_template_sha256=world.chat_template_sha256),
