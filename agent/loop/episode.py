@@ -175,7 +175,7 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
                    "stage": 0, "parent_dir": manifest.initial.dir, "parent_sha": manifest.initial.sha256,
                    "lineage": list(world.model.lineage),
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
-                   "stop_reason": ""}
+                   "stop_reason": None}
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
             return drive(ctx, initial, run_dir.checkpoints_file, answer) | {"run_dir": str(run_dir.path)}

@@ -140,9 +140,9 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
         reason = "candidates_exhausted"
     else:
         h = state["candidates"][cursor]
-        return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": "", "action": "",
-                "rule": "", "trial_verdict": "", "proceed": False, "train_status": "", "verdict": "", "decided_by": "",
-                "refused": ""}
+        return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": None, "action": None,
+                "rule": None, "trial_verdict": None, "proceed": False, "train_status": None, "verdict": None,
+                "decided_by": None, "refused": None}
     return {"stop_reason": reason}
 
 
@@ -219,7 +219,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
     return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
 
 
-def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str = "") -> dict:
+def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str | None = None) -> dict:
     then, _, episode = after_trial(verdict, _episode_state(state), ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
             "leases_used": episode.leases_used, "spent_h": _spent(ctx)}
@@ -366,7 +366,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "lineage": list(lineage),
             "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
-            "spent_h": _spent(ctx), "verdict": state.get("verdict", "")}
+            "spent_h": _spent(ctx), "verdict": state.get("verdict")}
 
 
 def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:

@@ -58,7 +58,7 @@ def episode_wall(ctx: Ctx) -> float:
 
 def report_inputs(ctx: Ctx, state: State) -> ReportInputs:
     events = ctx.bank.events(ctx.episode_id)
-    return ReportInputs(manifest_hash=state.get("manifest_hash", ""), stop_reason=state.get("stop_reason", ""),
+    return ReportInputs(manifest_hash=state.get("manifest_hash") or "", stop_reason=state.get("stop_reason") or "",
                         stage=state.get("stage", 0), library_version=state.get("library_version"),
                         final_parent_sha256=state.get("parent_sha") or ctx.manifest.initial.sha256,
                         events=tuple(events), compatibility=tuple(compatibility(ctx, events)),

@@ -236,7 +236,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
               bank=KillingBank(bank), ledger=Ledger(str(rd.ledger_file)), audit=RunAudit(rd, manifest))
     initial = {"episode_id": episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0, "stage": 0,
                "parent_dir": str(base), "parent_sha": base_sha, "spent_h": 0.0, "consecutive_rejections": 0,
-               "proposals_authorized": 0, "leases_used": 0, "stop_reason": ""}
+               "proposals_authorized": 0, "leases_used": 0, "stop_reason": None}
     return ctx, initial, bank
 
 
