@@ -129,8 +129,8 @@ class RunConfig(BaseModel):
     fewest the gate lets decide a severe verdict."""
     eval_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
     """Generation batch size."""
-    backend: Literal["transformers", "vllm"] = "transformers"
-    """Generation backend."""
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    """Generation backend (openai: a server at OPENAI_BASE_URL, a LoRA child's adapter loaded per evaluation)."""
     launcher: Literal["local", "accelerate"] = "local"
     """Training launcher (accelerate for multi-GPU)."""
     deepspeed_config: str | None = None

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, sha256_text
 from experience_bank.results import EvalIdentity, SuiteResult
-from evaluators import lmeval, models, tasks
+from evaluators import lmeval, models, served, tasks
 from evaluators.generate import generate
 from evaluators.scoring.suites import data_sha256, generations_jsonl, parse_generations, score, scorer_version
 
@@ -90,44 +91,49 @@ def _load(text: str, dest: Path) -> dict[str, SuiteResult]:
 
 def evaluate(model_dir, suites: list[str] | tuple[str, ...], split: str, *, out_dir, backend: str = "transformers",
              batch_size: int = 16, n: int | None = None, seed: int = 0,
-             items: dict[str, list[dict]] | None = None, cache=None) -> dict[str, SuiteResult]:
+             items: dict[str, list[dict]] | None = None, cache=None,
+             adapter_dir: str | None = None) -> dict[str, SuiteResult]:
     """Scores of one model on each suite's split; `items` overrides the generated items (real data);
-    `cache` (experience_bank.runcache.RunCache) serves an evaluation of the same content."""
+    `cache` (experience_bank.runcache.RunCache) serves an evaluation of the same content;
+    `adapter_dir`: the LoRA adapter `model_dir` kept, which backend openai loads into the server."""
     key = None if cache is None else evaluation_key(model_dir, suites, split, backend=backend, batch_size=batch_size,
                                                     n=n, seed=seed, items=items)
     if key is not None:
         return cache.run(key, out_dir, lambda: evaluate(model_dir, suites, split, out_dir=out_dir, backend=backend,
-                                                        batch_size=batch_size, n=n, seed=seed, items=items),
+                                                        batch_size=batch_size, n=n, seed=seed, items=items,
+                                                        adapter_dir=adapter_dir),
                          dump=_dump, load=_load)
     out_dir = Path(out_dir)
     started, clock = time.time(), time.monotonic()
-    model, model_sha, template_sha = _model(model_dir, backend)
     results, scored_items, generations = {}, {}, {}
-    for suite in suites:
-        its = (items or {}).get(suite) or tasks.items(suite, split, seed, n)
-        max_new = MAX_NEW_TOKENS[suite.split("/")[0]]
-        gens = generate(model, [x["messages"] for x in its], backend=backend, batch_size=batch_size,
-                        max_new_tokens=max_new, seed=seed)
-        ident = _identity(suite, split, its, model_sha, template_sha, backend, batch_size, max_new, seed)
-        results[suite] = score(suite, its, gens, identity=ident)
-        _write(_stem(out_dir, suite, split), its, gens, ident, results[suite])
-        scored_items[suite], generations[suite] = its, gens
+    with _model(model_dir, backend, adapter_dir) as (model, model_sha, template_sha):
+        for suite in suites:
+            its = (items or {}).get(suite) or tasks.items(suite, split, seed, n)
+            max_new = MAX_NEW_TOKENS[suite.split("/")[0]]
+            gens = generate(model, [x["messages"] for x in its], backend=backend, batch_size=batch_size,
+                            max_new_tokens=max_new, seed=seed)
+            ident = _identity(suite, split, its, model_sha, template_sha, backend, batch_size, max_new, seed)
+            results[suite] = score(suite, its, gens, identity=ident)
+            _write(_stem(out_dir, suite, split), its, gens, ident, results[suite])
+            scored_items[suite], generations[suite] = its, gens
     lmeval.write(out_dir, str(model_dir), results, scored_items, generations, started=started,
                  wall_seconds=time.monotonic() - clock)
     return results
 
 
-def _model(model_dir, backend: str):
-    """What generate() receives, the weights hash and the chat-template hash."""
+@contextmanager
+def _model(model_dir, backend: str, adapter_dir: str | None = None):
+    """What generate() receives, the weights hash and the chat-template hash, for the evaluation."""
     if backend == "transformers":
         net, tok = models.load(model_dir)
-        return (net, tok), models.weights_sha256(model_dir), models.chat_template_sha256(tok)
-    if backend == "vllm":
+        yield (net, tok), models.weights_sha256(model_dir), models.chat_template_sha256(tok)
+    elif backend == "vllm":
         from transformers import AutoTokenizer  # template hash only; vLLM loads the weights itself
         tok = AutoTokenizer.from_pretrained(models.check_dir(model_dir), local_files_only=True)
-        return str(model_dir), models.weights_sha256(model_dir), models.chat_template_sha256(tok)
-    # a served model: its weights are not ours to hash; the name stands in
-    return str(model_dir), sha256_text(f"served:{model_dir}"), sha256_text(f"served:{model_dir}")
+        yield str(model_dir), models.weights_sha256(model_dir), models.chat_template_sha256(tok)
+    else:  # served: the server applies its own template; a child's adapter is loaded for the block
+        with served.serve(str(model_dir), adapter_dir) as model:
+            yield model.name, model.model_sha256, sha256_text(f"served:{model.name}")
 
 
 def rescore(out_dir) -> dict[str, SuiteResult]:

@@ -152,3 +152,7 @@ def check_backend(backend: str) -> None:
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise BadInput("backend vllm needs vLLM in this environment, which the pins exclude: serve it from its own "
                        "environment and use backend: openai (docs/gpu.md), or backend: transformers")
+    if backend == "openai":
+        from evaluators.served import served_models  # the server answers, or one line naming it
+
+        served_models()

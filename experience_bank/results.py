@@ -164,6 +164,10 @@ class TrialResult(Frozen):
     """Which conditions fired."""
     train: TrainResult
     """The trial run (never promotable)."""
+    paired_se_pp: dict[str, float | None] = {}
+    """Standard error (pp) of each delta, paired by item id as the gate's checks
+    (policies.gate.trial_paired_se): `target` for delta_val, the retention suite's name (`ifeval`)
+    for its strict deltas. Empty where the items were not at hand (a trial from before this field)."""
 
 
 class GateCheck(Frozen):

@@ -38,7 +38,7 @@ from policies.authorize import (
     POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
 )
 from policies.features import compile as compile_features
-from policies.outcomes import OUTCOME_CLASSES, OutcomeClass
+from policies.outcomes import OUTCOME_CLASSES, UNCERTAIN, IntervalClass
 
 GENESIS = "0" * 64
 DECISIONS_FILE = "decisions.jsonl"
@@ -58,8 +58,9 @@ class OutcomeCell(Frozen):
     """Card id."""
     decision_hash: Sha256
     """The recorded decision this cell scores."""
-    outcome: OutcomeClass | None
-    """beneficial | harmful | neutral (policies.outcomes), None when no full run finished."""
+    outcome: IntervalClass | None
+    """beneficial | harmful | neutral (policies.outcomes), None when no full run finished; "uncertain"
+    where a seeded cell's intervals do not clear a class boundary (counted apart, in no class)."""
     family: Literal["finance", "sql", "function"] | None = None
     """Capability family of the card."""
     method: Literal["sft", "grpo"] | None = None
@@ -76,6 +77,11 @@ class OutcomeCell(Frozen):
     """Device-hours of the trial (or what it would cost)."""
     full_device_hours: Annotated[float, Field(ge=0.0)] = 0.0
     """Device-hours of the full run (or what it would cost)."""
+    seeds: Annotated[int, Field(ge=1)] = 1
+    """Training seeds behind the effects (the seeded retrospective's K): above 1, `short`, `full` and
+    `trial_delta` are seed means and `trial_verdict` is the verdict of those means."""
+    full_ci: dict[Literal["target", "ifeval_p", "ifeval_i"], tuple[float, float]] = {}
+    """95 % Student-t intervals of the full-run effects over the seeds (pp), where seeds >= 2."""
 
 
 # --- writing -----------------------------------------------------------------------------
@@ -229,7 +235,12 @@ def _rate(k: int, n: int) -> tuple[float | None, list[float] | None]:
 
 
 def _classified(c: Cell) -> bool:
-    return c.outcome is not None and c.outcome.outcome is not None
+    """A cell in one of the three classes (an uncertain cell is counted apart, in no figure)."""
+    return c.outcome is not None and c.outcome.outcome in OUTCOME_CLASSES
+
+
+def _uncertain(c: Cell) -> bool:
+    return c.outcome is not None and c.outcome.outcome == UNCERTAIN
 
 
 def policy_metrics(cells: list[Cell], rows: list[dict]) -> dict:
@@ -277,6 +288,7 @@ def coverage(cells: list[Cell]) -> dict:
     most candidates are rejected and never run, so they have no outcome at all."""
     counts = {k: sum(_classified(c) and c.outcome.outcome == k for c in cells) for k in OUTCOME_CLASSES}
     trial_only = sum(1 for c in cells if c.outcome is not None and c.outcome.outcome is None)
+    uncertain = sum(map(_uncertain, cells))
     never_run = sum(1 for c in cells if c.outcome is None)
     notes = []
     if counts["harmful"] == 0:
@@ -287,7 +299,11 @@ def coverage(cells: list[Cell]) -> dict:
         notes.append(f"{never_run} of {len(cells)} candidates have no outcome because they were never run and "
                      f"{trial_only} ran only a trial; `agent retrospective --execute` runs every candidate to the "
                      "end and defines both figures")
-    return {"cells": len(cells), "classified": counts, "trial_only": trial_only, "never_run": never_run, "notes": notes}
+    if uncertain:
+        notes.append(f"{uncertain} of {len(cells)} candidates are uncertain (their seed intervals straddle a class "
+                     "boundary): left out of every figure")
+    return {"cells": len(cells), "classified": counts, "uncertain": uncertain, "trial_only": trial_only,
+            "never_run": never_run, "notes": notes}
 
 
 # --- the audit of a recorded run --------------------------------------------------------

@@ -87,6 +87,22 @@ def outcomes(result: SuiteResult) -> Outcomes:
     return {i.item_id: i.correct for i in result.items}
 
 
+def suite_pairs(before: Results, after: Results, suite: str) -> PairedStats:
+    """One suite's items compared before vs after, by item id (the noise beside a gate check)."""
+    return paired_stats(outcomes(before[suite]), outcomes(after[suite]), suite)
+
+
+def trial_paired_se(initial: Results, parent: Results, child: Results, target_key: str,
+                    config: GateConfig) -> dict[str, float | None]:
+    """The paired SE (pp) of a trial's deltas on the pairs the gate reads for the same checks:
+    `target`: the target suite, child vs the current parent; the IFEval suite (its name): child vs
+    the initial parent, the per-prompt items both IFEval strict deltas rest on. A suite missing on
+    either side is left out (the trial's measurement already fails closed on it)."""
+    pairs = {"target": (parent, target_key.partition(".")[0]), config.ifeval_suite: (initial, config.ifeval_suite)}
+    return {k: suite_pairs(before, child, suite).se_pp for k, (before, suite) in pairs.items()
+            if suite in before and suite in child}
+
+
 def paired_numbers(s: PairedStats, prefix: str = "") -> dict[str, float | str | None]:
     """The paired comparison as GateCheck numbers (the same keys beside every check)."""
     return {f"{prefix}n_items": s.n, f"{prefix}paired_delta_pp": s.delta_pp, f"{prefix}paired_se_pp": s.se_pp,
@@ -262,7 +278,7 @@ def captrack_profile(base: Results, model: Results, specs: tuple[MetricSpec, ...
 
 def _ifeval_guard(initial: Results, child: Results, cfg: GateConfig) -> GateCheck:
     keys = [f"{cfg.ifeval_suite}.{cfg.ifeval_prompt_metric}", f"{cfg.ifeval_suite}.{cfg.ifeval_instruction_metric}"]
-    pairs = paired_stats(outcomes(initial[cfg.ifeval_suite]), outcomes(child[cfg.ifeval_suite]), cfg.ifeval_suite)
+    pairs = suite_pairs(initial, child, cfg.ifeval_suite)
     b, c, p = pairs.b, pairs.c, pairs.mcnemar_p
     noise = f"McNemar p={p:.3g}, {_se_text(pairs)} on {pairs.n} prompts"
     nums: dict[str, float | str | None] = {"max_drop_pp": cfg.ifeval_max_drop_pp, "alpha": cfg.alpha,
@@ -294,7 +310,7 @@ def _target(parent: Results, child: Results, cfg: GateConfig, target_key: str,
     if missing:
         raise BadInput(f"gate config lacks kappa or min_gain_pp for {', '.join(missing)}; add them")
     suite = target_key.partition(".")[0]
-    pairs = paired_stats(outcomes(parent[suite]), outcomes(child[suite]), suite)  # parent vs child, by item id
+    pairs = suite_pairs(parent, child, suite)  # parent vs child, by item id
     nums: dict[str, float | str | None] = {"family": family, "min_gain_pp": cfg.min_gain_pp[family],
                                            **paired_numbers(pairs)}
     terms = []

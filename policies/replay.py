@@ -27,7 +27,7 @@ from experience_bank.hashing import content_hash
 from policies import stats
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE, Cell, OutcomeCell, audit, read_outcomes, score_policies
 from policies.authorize import PolicyConfig
-from policies.outcomes import direction, outcome_class, retention_safe
+from policies.outcomes import UNCERTAIN, direction, outcome_class, retention_safe
 from policies.features import features_from_row
 
 DATA = Path(__file__).parent / "data" / "retrospective24.json"
@@ -168,7 +168,8 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
         out["retrospective"] = {"cells": len(full), "positive": sum(direction(c.full["target"], band) > 0 for c in full),
                                 "retention_safe_among_improving": sum(direction(c.full["target"], band) > 0 and
                                                                       retention_safe(c.full["ifeval_p"], c.full["ifeval_i"], 2.0) for c in full)}
-    paired = [c for c in cells if "0.20" in c.short and "target" in c.full and c.trial_verdict]
+    # an uncertain (seeded) cell has no class to detect: left out, as from every figure
+    paired = [c for c in cells if "0.20" in c.short and "target" in c.full and c.trial_verdict and c.outcome != UNCERTAIN]
     if len(paired) < 3:
         out["missing"].append(f"shortfull: {len(paired)} cells have both a 20% short run and a full run (need 3)")
     else:

@@ -1,7 +1,7 @@
 """The statistics of docs/AUTHORIZER.md §10, as thin functions over scipy.stats (no hand-rolled tests).
 
 Exact sign-flip test over paired differences (all 2^n sign assignments), paired t interval,
-exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, Spearman
+the Student-t interval of a mean over a few seeds (`mean_interval`), exact McNemar (binomial test on the discordant cells), Clopper–Pearson intervals, Spearman
 rank correlation, and the paired comparison every gate check reports beside its threshold
 (`paired_stats`). Out of scope: multiple-comparison corrections and clustered inference (the
 seed reports neither).
@@ -50,6 +50,21 @@ def paired_t_interval(a: Sequence[float], b: Sequence[float], confidence: float 
         raise BadInput(f"paired t interval needs two equal-length samples of at least 2, got {len(x)} and {len(y)}")
     ci = stats.ttest_rel(x, y).confidence_interval(confidence)
     return float(np.mean(x - y)), float(ci.low), float(ci.high)
+
+
+def mean_interval(xs: Sequence[float], confidence: float = 0.95) -> tuple[float, tuple[float, float] | None]:
+    """(mean, two-sided Student-t interval of the mean) of a few independent effects, e.g. one per
+    training seed; the interval is None with one value (undefined) and the point itself with no spread."""
+    x = _finite(xs, "effects")
+    if len(x) == 0:
+        raise BadInput("a mean interval needs at least one effect")
+    mean = float(np.mean(x))
+    if len(x) == 1:
+        return mean, None
+    if np.ptp(x) == 0:  # scipy's t interval is nan at zero scale; with no spread it is the point
+        return mean, (mean, mean)
+    ci = stats.ttest_1samp(x, 0.0).confidence_interval(confidence)
+    return mean, (float(ci.low), float(ci.high))
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -174,7 +174,7 @@ def _table(root: Path, executor) -> Path:
              Card("BAD", "sql", "sft")]
     feats = {c.id: _features(c.id) for c in cards}
     R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
-    res = R.run_table(out, cards, partial(CountingPorts, str(root / "trained.log")), str(base), 0, feats,
+    res = R.run_table(out, cards, partial(CountingPorts, str(root / "trained.log")), str(base), [0], feats,
                       {c.id: content_hash(c.id) for c in cards}, controls=_controls(cards),
                       parent=bf.record().source.parent, executor=executor)
     assert res["cells_done"] == 3 and res["failed"] == {"BAD": "RuntimeError: trainer crashed"}

@@ -107,7 +107,7 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
     ports = FakePorts()
     parent = bf.record().source.parent
-    res = R.run_table(out, cards, lambda: ports, str(base), 0, feats, {c.id: content_hash(c.id) for c in cards},
+    res = R.run_table(out, cards, lambda: ports, str(base), [0], feats, {c.id: content_hash(c.id) for c in cards},
                       controls=_controls(cards), parent=parent)
     assert res["cells_done"] == 2 and list(res["failed"]) == ["BAD"]
     s01 = json.loads((out / "cells" / "S01" / "cell.json").read_text())
@@ -129,7 +129,7 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
                                                                                ("G01", "harmful", -4.0)]
     # resume: finished cells are not trained again; the frozen features are unchanged
     n = len(ports.trained)
-    R.run_table(out, cards, lambda: ports, str(base), 0, feats, controls=_controls(cards), parent=parent)
+    R.run_table(out, cards, lambda: ports, str(base), [0], feats, controls=_controls(cards), parent=parent)
     assert len(ports.trained) == n
     assert R.freeze_features(out, [(c.id, feats[c.id]) for c in cards]) == sha
     # the document: this table's numbers beside the paper's, from the files above
@@ -154,8 +154,9 @@ def test_cli_needs_execute(capsys):
 
 @pytest.mark.slow
 def test_retrospective_two_cells_on_the_test_world(tmp_path):
-    res = R.retrospective(tmp_path / "retro", size="test", n_cells=2)
+    res = R.retrospective(tmp_path / "retro", size="test", n_cells=2, seeds=1)  # seeds: tests/test_retrospective_seeds.py
     assert res["cells_done"] == 2, res["failed"]
+    assert json.loads((tmp_path / "retro" / "ledger.json").read_text())["seeds"] == [0]
     for line in (tmp_path / "retro" / "cells.jsonl").read_text().splitlines():
         cell = json.loads(line)
         assert cell["outcome_class"] in ("beneficial", "harmful", "neutral")

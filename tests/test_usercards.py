@@ -103,8 +103,13 @@ def test_import_writes_the_card_and_run_cards_folder_is_checked(tmp_path, capsys
 
     assert sorted(p.card.id for p in read_folder(out)) == ["U-llamafactory_lora_sft", "U-trl_grpo_sql",
                                                           "U-trl_sft_sql"]
-    with pytest.raises(BadInput, match="already taken"):
-        read_folder(out, frozenset({"U-trl_sft_sql"}))
+    with pytest.raises(BadInput, match="U-trl_sft_sql .* already taken in the bank's library .* rename it"):
+        read_folder(out, {"U-trl_sft_sql": frozenset({"0" * 64})})
+    from experience_bank.records import parse_record
+
+    sft = parse_record(json.dumps(json.loads((out / "U-trl_sft_sql.json").read_text())["record"]))
+    same = {"U-trl_sft_sql": frozenset({sft.card.content_hash()})}
+    assert len(read_folder(out, same)) == 3  # the library's own card under its id: the same card
     # a run that names a folder with a damaged card stops before writing anything
     (out / "broken.json").write_text("{}")
     run_dir = tmp_path / "ep"
@@ -145,3 +150,81 @@ def test_run_cards_decides_the_folder_beside_or_instead_of_the_catalogue(tmp_pat
     out.rmdir()
     episode.run_episode(build_config(CONFIG, {"quiet": True}), resume=str(tmp_path / "ep"))
     assert seen["ids"] == sorted(users + ([] if only else list(PLAN)))
+
+
+def _library_with(path: Path, card, applicability, delta: float = 6.0) -> str:
+    """The crafted L(0) plus one grade-B record of `card` (as consolidation leaves one); its hash."""
+    from agent.world.embedded import ensure_world
+    from agent.world.records import target_metric
+    from agent.world.catalogue import runtime_of
+    from experience_bank.bank import Bank
+    from experience_bank.hashing import content_hash
+    from experience_bank.records import HistoricalRecord, Provenance, SourceContext, SourceEvidence
+    from test_run_e2e import crafted_bank
+
+    world = ensure_world("test")
+    crafted_bank(path)
+    data = {m.dataset.id: m.dataset.sha256 for m in card.data.mix}
+    record = HistoricalRecord(
+        card=card, source=SourceContext(parent=world.model, stage=0, family=card.family, task=f"{card.family}/target",
+                                        datasets=data, runtime=runtime_of(card), eval_protocol=world.eval_protocol,
+                                        output_protocol=world.output_protocols[card.family]),
+        evidence=SourceEvidence(target_metric=target_metric(card.family), delta_src=delta, delta_point=delta,
+                                kappa=10.0, grade="B", chi=0, replicates=1),
+        applicability=applicability, provenance=Provenance(
+            model_sha256=world.model.sha256, data_sha256=data, config_sha256=card.content_hash(),
+            eval_sha256=content_hash(["earlier episode"]), produced_by="episode ep-earlier"))
+    with Bank.open(path) as bank:
+        (h,) = bank.import_records([record], library_note="an earlier episode's consolidation")
+    return h
+
+
+@pytest.mark.parametrize("only", [False, True])
+def test_a_card_the_library_holds_is_decided_on_its_records(tmp_path, monkeypatch, only):
+    import agent.loop.episode as episode
+    from agent.config import build_config
+    from experience_bank.records import Proposal, parse_record
+
+    out = tmp_path / "cards"
+    for name in ("trl_sft_sql.yaml", "trl_grpo_sql.yaml"):
+        assert main(["cards", "import", str(RECIPES / name), "--config", CONFIG, "--device-hours", "2",
+                     "--out", str(out)]) == 0
+    sft = parse_record(json.dumps(json.loads((out / "U-trl_sft_sql.json").read_text())["record"]))
+    assert isinstance(sft, Proposal)
+    held = _library_with(tmp_path / "bank.sqlite", sft.card, sft.applicability)
+    seen = {}
+
+    def drive(ctx, initial, checkpoints, answer=None):
+        seen["entries"] = {h: (e.record.card.id, e.record.kind) for h, e in ctx.entries.items()}
+        return {"episode_id": ctx.episode_id}
+
+    monkeypatch.setattr(episode, "drive", drive)
+    flags = {"cards": str(out), "cards_only": only or None, "bank": str(tmp_path / "bank.sqlite"),
+             "out": str(tmp_path / "ep"), "quiet": True, "tracking": False}
+    episode.run_episode(build_config(CONFIG, flags))
+    users = sorted(v for v in seen["entries"].values() if v[0].startswith("U-"))
+    assert users == [("U-trl_grpo_sql", "proposal"), ("U-trl_sft_sql", "historical")]
+    assert seen["entries"][held] == ("U-trl_sft_sql", "historical")  # the library's record, its evidence
+    assert len(seen["entries"]) == (2 if only else 2 + 3)
+
+
+def test_another_card_under_a_library_id_is_refused_and_nothing_written(tmp_path, capsys):
+    from experience_bank.records import parse_record
+
+    out = tmp_path / "cards"
+    assert main(["cards", "import", str(RECIPES / "trl_sft_sql.yaml"), "--config", CONFIG, "--device-hours", "2",
+                 "--out", str(out)]) == 0
+    sft = parse_record(json.dumps(json.loads((out / "U-trl_sft_sql.json").read_text())["record"]))
+    bank = tmp_path / "bank.sqlite"
+    _library_with(bank, sft.card, sft.applicability)
+    changed = tmp_path / "trl_sft_sql.yaml"  # the same file name (so the same id), a new learning rate
+    changed.write_text((RECIPES / "trl_sft_sql.yaml").read_text().replace("2.0e-4", "1.0e-4"))
+    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = bank.read_bytes()
+    run_dir = tmp_path / "ep"
+    assert main(["run", "--config", CONFIG, "--cards", str(out), "--out", str(run_dir), "--bank", str(bank),
+                 "--quiet", "--no-tracking"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "card id U-trl_sft_sql" in err[0] and "rename it" in err[0] and "new bank" in err[0], err
+    assert not run_dir.exists() and bank.read_bytes() == before

@@ -72,3 +72,43 @@ def test_cards_approvals_lmeval_files_and_model_cards_on_the_test_world(tmp_path
             train = RunDir(run_dir).train(e.decision.decision_hash)
             card = ModelCard.load(Path(train.checkpoint) / "README.md")
             assert card.data.posttrain_agent["decision_hash"] == e.decision.decision_hash
+
+
+@pytest.mark.slow
+def test_a_second_run_decides_the_imported_card_on_what_the_first_consolidated(tmp_path, monkeypatch, capsys):
+    """`agent run --cards` twice on one bank: the first run measures the new card and its
+    consolidation keeps the observation; the second accepts the same card and decides it on
+    that record. The card changed under the same id is refused, nothing written."""
+    from experience_bank.bank import Bank
+    from test_run_e2e import crafted_bank
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["cards", "import", str(RECIPES / "trl_sft_sql.yaml"), "--config", CONFIG, "--device-hours", "1",
+                 "--out", "cards"]) == 0
+    crafted_bank(tmp_path / "bank.sqlite")
+    argv = ["run", "--config", CONFIG, "--bank", "bank.sqlite", "--cards", "cards", "--cards-only",
+            "--episode-budget", "6gpuh", "--quiet", "--no-tracking"]
+    assert main(argv + ["--out", "runs/ep-1"]) == 0
+    with Bank.open(tmp_path / "bank.sqlite") as bank:
+        (first,) = [e for e in bank.events("ep-1") if e.candidate_id == "U-trl_sft_sql"]
+        held = bank.library_entries_for("U-trl_sft_sql")
+    assert first.decision.features.is_new and first.action != "reject"  # new: measured by a trial or a run
+    assert len(held) == 1 and held[0].record.kind == "historical"
+    assert main(argv + ["--out", "runs/ep-2"]) == 0
+    with Bank.open(tmp_path / "bank.sqlite") as bank:
+        (second,) = [e for e in bank.events("ep-2") if e.candidate_id == "U-trl_sft_sql"]
+    f = second.decision.features
+    assert not f.is_new and f.record_hash == held[0].hash
+    assert (f.grade, f.delta_src) == (held[0].record.evidence.grade, held[0].record.evidence.delta_src)
+    decided = [json.loads(line) for line in (tmp_path / "runs/ep-2/decisions.jsonl").read_text().splitlines()]
+    assert decided[0]["decision"]["features"]["grade"] == "B"
+    # the recipe changed under the same id: refused in one line, nothing written
+    changed = tmp_path / "trl_sft_sql.yaml"
+    changed.write_text((RECIPES / "trl_sft_sql.yaml").read_text().replace("2.0e-4", "1.0e-4"))
+    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "1", "--out", "cards"]) == 0
+    capsys.readouterr()
+    before = (tmp_path / "bank.sqlite").read_bytes()
+    assert main(argv + ["--out", "runs/ep-3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "card id U-trl_sft_sql" in err[0] and "rename it" in err[0], err
+    assert not (tmp_path / "runs/ep-3").exists() and (tmp_path / "bank.sqlite").read_bytes() == before

@@ -27,6 +27,12 @@ STATE_DIR = "trainer_state"
 ADAPTER_DIR = "adapter"
 
 
+def adapter_of(model_dir: str | os.PathLike) -> str | None:
+    """The LoRA adapter a published child kept (`ADAPTER_DIR`), or None for a full-weights child."""
+    path = Path(model_dir) / ADAPTER_DIR
+    return str(path) if (path / "adapter_config.json").is_file() else None
+
+
 def weight_files(model_dir: str | os.PathLike) -> list[Path]:
     """The safetensors weight files of a model directory (pickled weights are refused)."""
     root = Path(model_dir)

@@ -16,6 +16,7 @@ from agent.inputs import check_model_dir, check_out_dir
 from experience_bank.errors import BadInput
 from evaluators import loaders
 from evaluators.tasks import SPLITS, TASKS
+from trainers.checkpoint import adapter_of
 
 
 def check_inputs(args) -> None:
@@ -44,7 +45,8 @@ def cmd_eval(args) -> int:
     out_dir = args.out or tempfile.mkdtemp(prefix="agent-eval-")
     try:
         results = evaluate(args.model, [args.suite], args.split, out_dir=out_dir, backend=args.backend,
-                           batch_size=args.batch_size, n=args.n, seed=args.seed, items=items)
+                           batch_size=args.batch_size, n=args.n, seed=args.seed, items=items,
+                           adapter_dir=adapter_of(args.model) if args.backend == "openai" else None)
     except BaseException:
         if not args.out:  # our own temp folder: a refused or failed evaluation leaves nothing behind
             shutil.rmtree(out_dir, ignore_errors=True)

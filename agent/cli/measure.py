@@ -41,7 +41,9 @@ def register(sub) -> None:
     r.add_argument("--size", choices=("test", "default"), default="default", help="world size")
     r.add_argument("--out", default="runs/retrospective", help="output directory (an audit ledger)")
     r.add_argument("--cells", type=int, default=None, help="only the first N catalogue candidates")
-    r.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    r.add_argument("--seed", type=int, default=0, help="first training seed (default 0)")
+    r.add_argument("--seeds", type=int, default=None,
+                   help="training seeds per cell, from --seed on (default 3; 1: one run per cell, as before)")
     _execution_flags(r)
     r.set_defaults(func=cmd_retrospective)
 
@@ -101,6 +103,7 @@ def cmd_retrospective(args) -> int:
 
     _no_cache(args)
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
-        result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed, executor=executor)
+        result = retrospective(Path(args.out), size=args.size, n_cells=args.cells, seed=args.seed, seeds=args.seeds,
+                               executor=executor)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1

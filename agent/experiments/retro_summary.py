@@ -52,14 +52,30 @@ def _counts(c: dict[str, int]) -> str:
     return ", ".join(f"{v} ×{n}" for v, n in c.items())
 
 
+def _seeds(led: dict[str, Any]) -> str:
+    seeds = led.get("seeds") or [led["seed"]]
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return (f"training seeds {', '.join(map(str, seeds))}: each effect is the mean over the seeds, a cell's class "
+            "is decided only where its 95 % Student-t intervals clear the class boundary (policies/outcomes.py)")
+
+
+def _uncertain(t: dict[str, Any]) -> str:
+    ids = t.get("uncertain") or []
+    if not ids:
+        return ""
+    return (f" Uncertain (intervals straddle a class boundary): {len(ids)} ({', '.join(ids)}), left out of every "
+            f"figure below, which rest on the other {t['n_decided']} cells.")
+
+
 def summary_markdown(doc: dict[str, Any]) -> str:
     led, t, comp = doc["ledger"], doc["table"], doc["compatibility_stage0"]
     base = f" (base weights {led['base_sha256'][:12]})" if led.get("base_sha256") else ""
     lines = [f"# Retrospective-24, executed on world {led['world']}{base}", "",
              f"Catalogue {led.get('catalogue_sha256', 'n/a')[:16]}, frozen features {led['features_sha256'][:16]}, "
-             f"seed {led['seed']}. Effects are intervention minus control; the control: {led['control']}.", "",
+             f"{_seeds(led)}. Effects are intervention minus control; the control: {led['control']}.", "",
              f"Cells done: {t.get('n_cells', 0)}; failed: {len(doc['failed'])}"
-             + (f" ({', '.join(doc['failed'])})" if doc["failed"] else "") + ".", "",
+             + (f" ({', '.join(doc['failed'])})" if doc["failed"] else "") + "." + _uncertain(t), "",
              "## Compatibility at stage 0 (the 24 records against the base)", "",
              "| | counts |", "|---|---|", f"| A | {_counts(comp['A'])} |",
              *[f"| {name} | {_counts(c)} |" for name, c in comp["fields"].items()],

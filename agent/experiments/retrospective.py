@@ -15,17 +15,29 @@ Effects are intervention minus control in pp on the family's target metric and o
 prompt / instruction strict accuracy. Every candidate is run short and full, so trial
 fidelity is measured without selecting only the passing trials.
 
-Outcome class of a cell: policies/outcomes.py (the one definition, shared with the run audit
-and the replay), with band MIN_EFFECT_PP and IFEval bound IFEVAL_DROP_PP fixed here before any
-run; a full run with a failed sanity check is harmful.
+Seeds: every cell (intervention, control, short and full runs) runs at K training seeds
+(`seeds`, default DEFAULT_SEEDS). A cell's effects are the means over its seeds, each with the
+95 % Student-t interval over the K per-seed effects (policies.stats.mean_interval; undefined at
+K = 1). Its trial verdict is `trainers.trial.verdict` of the mean 20 % effects (any seed's
+training sanity failure fails it); the trial and the gate of an episode stay single runs.
+
+Outcome class of a cell: policies/outcomes.py (`outcome_class_interval`, the one definition,
+shared with the run audit and the replay), with band MIN_EFFECT_PP and IFEval bound
+IFEVAL_DROP_PP fixed here before any run, on the intervals (at K = 1: the points, so a
+single-seed table is today's); a full run with a failed sanity check on any seed is harmful. A
+cell whose intervals straddle a class boundary is "uncertain": it is counted apart and left
+out of every figure of summary.json (each says how many it left out).
 
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
 compiled from the seed bank's record of the card against the base-model context, hashed
-(`features_sha256` in ledger.json) — then `cells/<id>/cell.json` per finished cell (resume
-skips them), and `cells.jsonl` (features + outcomes, one line per cell) plus `summary.json`.
+(`features_sha256` in ledger.json, which also records `seeds`) — then per cell and seed
+`cells/<id>/s<seed>/` (its steps `f0.05.json` .. `f1.00.json`, runs, evaluations and
+`cell.json`; resume skips every finished step), the seeded cell `cells/<id>/cell.json`, and
+`cells.jsonl` (features + outcomes, one line per cell) plus `summary.json`. Controls are kept
+per seed (`controls.control_key` includes it).
 
-Execution (agent/experiments/executor.py): the cells run one after another in this process, or
-as Ray tasks side by side (`--executor ray`), each building its own ports where it runs; the
+Execution (agent/experiments/executor.py): one job per (cell, seed); the jobs run one after
+another in this process, or as Ray tasks side by side (`--executor ray`), each building its own ports where it runs; the
 steps two cells share (a matched control's run and evaluations) are single-flight (`_once`), so
 the files are the same whichever executor ran them.
 """
@@ -34,7 +46,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,7 +56,7 @@ from experience_bank.families import PRIMARY_METRIC
 from experience_bank.files import once, write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies import outcomes
-from policies.stats import clopper_pearson, spearman
+from policies.stats import clopper_pearson, mean_interval, spearman
 from agent.config import RunConfig
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
 from agent.experiments.retro_summary import write_summary
@@ -60,6 +72,8 @@ from policies.audit import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
 from trainers.trial import TrialThresholds, verdict
 
 FRACTIONS = (0.05, 0.10, 0.20)
+DEFAULT_SEEDS = 3
+"""Training seeds per cell (`agent retrospective --seeds`)."""
 DEFAULTS = RunConfig()
 """The table's thresholds are the run config's defaults, read from their one owner."""
 MIN_EFFECT_PP = DEFAULTS.gate_min_gain_pp
@@ -87,12 +101,32 @@ def outcome_class(target: float, ifeval: dict[str, float], hard_failure: bool = 
                                   ifeval_drop_pp=IFEVAL_DROP_PP, hard_failure=hard_failure)
 
 
+def interval_class(ci: dict[str, list[float]], hard_failure: bool = False) -> str:
+    """policies.outcomes.outcome_class_interval with this table's band and IFEval bound;
+    `ci`: the full run's (low, high) per metric (target, prompt_strict, inst_strict)."""
+    return outcomes.outcome_class_interval(tuple(ci["target"]), tuple(ci["prompt_strict"]), tuple(ci["inst_strict"]),
+                                           band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP,
+                                           hard_failure=hard_failure)
+
+
 def _agree(a: float, b: float) -> bool:
     return direction(a) == direction(b)
 
 
 def summarise_cells(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """Retrospective and ShortFull diagnostics over finished cells (fractions in [0, 1])."""
+    """Retrospective and ShortFull diagnostics over finished cells (fractions in [0, 1]), on their
+    seed means and classes; the uncertain cells are counted apart and left out of every figure."""
+    uncertain = [c["id"] for c in cells if c["outcome_class"] == outcomes.UNCERTAIN]
+    out = _figures([c for c in cells if c["outcome_class"] != outcomes.UNCERTAIN])
+    out["n_cells"] = len(cells)
+    out["outcome_classes"][outcomes.UNCERTAIN] = len(uncertain)
+    out["shortfull"]["left_out_uncertain"] = len(uncertain)
+    return out | {"n_seeds": max((len(c.get("seeds", [c.get("seed")])) for c in cells), default=0),
+                  "n_decided": len(cells) - len(uncertain), "uncertain": uncertain,
+                  "left_out_uncertain": len(uncertain)}
+
+
+def _figures(cells: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(cells)
     full = [c["full"]["target"] for c in cells]
     by_family: dict[str, dict[str, int]] = {}
@@ -176,6 +210,16 @@ def _effect(child: dict[str, float], control: dict[str, float]) -> dict[str, Any
             "ifeval": {m: round(child[m] - control[m], 6) for m in IFEVAL}}
 
 
+TRIAL_THRESHOLDS = TrialThresholds(min_gain_pp=DEFAULTS.trial_min_gain_pp, fail_drop_pp=DEFAULTS.trial_fail_drop_pp,
+                                   retention_drop_pp=IFEVAL_DROP_PP)
+
+
+def _trial_verdict(t: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The 20 % run's verdict (trainers.trial.verdict under the run config's default thresholds)."""
+    return verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (), TRIAL_THRESHOLDS,
+                   train_failures=t["sanity_failures"])
+
+
 def _run(ports: CellPorts, card: Any, cell: Path, parent: str, fraction: float, seed: int, split: str) -> dict:
     name = f"f{fraction:.2f}"
 
@@ -213,14 +257,51 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
     full_run = _run(ports, card, cell, parent_dir, 1.0, seed, "adoption")
     full = _effect(full_run["scores"], ctrl(1.0, "adoption")) | {"wall_s": full_run["wall_s"],
                                                                 "sanity_failures": full_run["sanity_failures"]}
-    t = short["0.20"]
-    v, reasons = verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (),
-                         TrialThresholds(min_gain_pp=DEFAULTS.trial_min_gain_pp, fail_drop_pp=DEFAULTS.trial_fail_drop_pp,
-                                         retention_drop_pp=IFEVAL_DROP_PP),
-                         train_failures=t["sanity_failures"])
+    v, reasons = _trial_verdict(short["0.20"])
     cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
     return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
             "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
+
+
+# --- a seeded cell: its seeds' cells, averaged ---------------------------------------------------
+
+
+def _mean(xs: list[float]) -> float:
+    return mean_interval(xs)[0]
+
+
+def _pooled(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, list[float]] | None]:
+    """The seed means of one run length (effects rounded as a single seed's are) and their
+    intervals per metric, None at one seed (undefined)."""
+    series = {"target": [r["target"] for r in runs]} | {m: [r["ifeval"][m] for r in runs] for m in IFEVAL}
+    cis = {k: mean_interval(v)[1] for k, v in series.items()}
+    mean = {"target": round(_mean(series["target"]), 6), "ifeval": {m: round(_mean(series[m]), 6) for m in IFEVAL},
+            "wall_s": _mean([r["wall_s"] for r in runs]),
+            "sanity_failures": list(dict.fromkeys(f for r in runs for f in r["sanity_failures"]))}
+    return mean, (None if len(runs) == 1 else {k: list(v) for k, v in cis.items()})
+
+
+def seeded_cell(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell from its per-seed cells (run_cell's, in seed order): seed-mean effects with their
+    95 % intervals (`ci95`, None at one seed), the trial verdict of the means, and the interval
+    class (policies.outcomes.outcome_class_interval). At one seed it is that seed's cell."""
+    first = per_seed[0]
+    short, ci = {}, {}
+    for f in first["short"]:
+        short[f], ci[f] = _pooled([c["short"][f] for c in per_seed])
+    full, ci["full"] = _pooled([c["full"] for c in per_seed])
+    control = {f: {m: _mean([c["control"][f][m] for c in per_seed]) for m in first["control"][f]}
+               for f in first["control"]}
+    v, reasons = _trial_verdict(short["0.20"])
+    points = {"target": [full["target"]] * 2} | {m: [full["ifeval"][m]] * 2 for m in IFEVAL}
+    cls = interval_class(ci["full"] or points, hard_failure=bool(full["sanity_failures"]))
+    return {"id": first["id"], "family": first["family"], "method": first["method"], "seed": first["seed"],
+            "control": control, "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons),
+            "outcome_class": cls, "seeds": [c["seed"] for c in per_seed],
+            "ci95": None if ci["full"] is None else ci,
+            "by_seed": [{"seed": c["seed"], "full_target": c["full"]["target"], "full_ifeval": c["full"]["ifeval"],
+                         "trial_target": c["short"]["0.20"]["target"], "trial_verdict": c["trial_verdict"],
+                         "outcome_class": c["outcome_class"]} for c in per_seed]}
 
 
 # --- the whole table ------------------------------------------------------------------------------
@@ -237,6 +318,9 @@ def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
     return content_hash(path.read_text(encoding="utf-8"))
 
 
+_CI_KEYS = {"target": "target", "ifeval_p": "prompt_strict", "ifeval_i": "inst_strict"}
+
+
 def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
     """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
     lines = [OutcomeCell(
@@ -247,7 +331,9 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
         full={"target": c["full"]["target"], "ifeval_p": c["full"]["ifeval"]["prompt_strict"],
               "ifeval_i": c["full"]["ifeval"]["inst_strict"]},
         trial_device_hours=c.get("device_hours", {}).get("trial", 0.0),
-        full_device_hours=c.get("device_hours", {}).get("full", 0.0)).model_dump_json() for c in cells]
+        full_device_hours=c.get("device_hours", {}).get("full", 0.0), seeds=len(c.get("seeds", [0])),
+        full_ci={k: tuple(c["ci95"]["full"][m]) for k, m in _CI_KEYS.items()} if c.get("ci95") else {},
+    ).model_dump_json() for c in cells]
     write_atomic(out / OUTCOMES_FILE, "".join(x + "\n" for x in lines))
 
 
@@ -265,10 +351,16 @@ def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[
     return hashes
 
 
+def seed_dir(out: Path, card_id: str, seed: int) -> Path:
+    """Where one seed of one cell keeps its steps, runs, evaluations and cell.json."""
+    return out / "cells" / card_id / f"s{seed}"
+
+
 def cell_job(make_ports: Callable[[], CellPorts], card: Any, cell_dir: Path, parent_dir: str, seed: int,
              control: Any, parent: Any, controls_dir: Path) -> dict[str, Any]:
-    """One cell where the executor runs it (this process or a Ray worker), cached as cell.json.
-    Its ports are built there, from `make_ports`: models, caches and open files do not cross processes."""
+    """One seed of one cell where the executor runs it (this process or a Ray worker), cached as
+    cell.json in its seed directory. Its ports are built there, from `make_ports`: models, caches
+    and open files do not cross processes."""
     return _once(cell_dir / "cell.json", lambda: run_cell(make_ports(), card, cell_dir, parent_dir, seed,
                                                           control=control, parent=parent, controls_dir=controls_dir))
 
@@ -279,19 +371,29 @@ def cell_resources() -> Resources:
     return task_resources(RunConfig())
 
 
-def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str, seed: int,
-              features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
+def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str,
+              seeds: Sequence[int], features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
               controls: dict[str, Any], parent: Any, executor: Executor | None = None) -> dict[str, Any]:
-    """Every cell (finished ones are skipped) through the executor (default: one after another in
-    this process); a failing cell is recorded and the others go on. `make_ports`: builds a cell's
-    CellPorts where it runs; `controls`: card id -> its matched control card; `parent`: the
-    ModelRef of parent_dir."""
-    jobs = [Job(cell_job, (make_ports, c, out / "cells" / c.id, parent_dir, seed, controls[c.id], parent,
-                           out / "controls")) for c in cards]
+    """Every cell at every seed (finished steps are skipped) through the executor (default: one after
+    another in this process), one job per (cell, seed); a cell with a failing seed is recorded as
+    failed and the others go on. `make_ports`: builds a cell's CellPorts where it runs; `controls`:
+    card id -> its matched control card; `parent`: the ModelRef of parent_dir."""
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BadInput(f"seeds {seeds} must be one or more distinct integers: pass --seeds K >= 1")
+    jobs = [Job(cell_job, (make_ports, c, seed_dir(out, c.id, s), parent_dir, s, controls[c.id], parent,
+                           out / "controls")) for c in cards for s in seeds]
     results = (executor or LocalExecutor()).run(jobs)
-    done = [o.value | {"features": features[c.id].model_dump(mode="json")}
-            for c, o in zip(cards, results) if o.error is None]
-    failed = {c.id: o.error[:500] for c, o in zip(cards, results) if o.error is not None}
+    done, failed, k = [], {}, len(seeds)
+    for i, c in enumerate(cards):
+        mine = results[i * k:(i + 1) * k]
+        errors = [o.error if k == 1 else f"seed {s}: {o.error}" for s, o in zip(seeds, mine) if o.error is not None]
+        if errors:
+            failed[c.id] = "; ".join(errors)[:500]
+            continue
+        cell = seeded_cell([o.value for o in mine])
+        write_atomic(out / "cells" / c.id / "cell.json", canonical_json(cell))
+        done.append(cell | {"features": features[c.id].model_dump(mode="json")})
     (out / "cells.jsonl").write_text("".join(canonical_json(c) + "\n" for c in done), encoding="utf-8")
     if decision_hashes:
         write_outcomes(out, done, decision_hashes)
@@ -337,13 +439,18 @@ def embedded_ports(size: str) -> WorldPorts:
     return WorldPorts(ensure_world(size))
 
 
-def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0,
+def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int = 0, seeds: int | None = None,
                   make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
                   executor: Executor | None = None) -> dict[str, Any]:
     """Build (or resume) the table: freeze every cell's features, then run the cells through the
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
-    None: the embedded world of `size`, which each worker builds its own ports for."""
+    None: the embedded world of `size`, which each worker builds its own ports for. Seeds `seed`..
+    `seed + seeds - 1` train every cell (None: DEFAULT_SEEDS)."""
+    seeds = DEFAULT_SEEDS if seeds is None else seeds
+    if seeds < 1:
+        raise BadInput(f"--seeds {seeds}: a cell needs at least one training seed; pass --seeds 1 or more")
+    seed_list = list(range(seed, seed + seeds))
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None else partial(embedded_ports, size))
     world = world if world is not None else ensure_world(size)
     cards = list(catalogue(world))[:n_cells]
@@ -353,13 +460,13 @@ def retrospective(out: Path, *, size: str, n_cells: int | None = None, seed: int
     features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
     (out / "ledger.json").write_text(json.dumps({
         "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}",
-        "base_sha256": world.model.sha256, "seed": seed,
+        "base_sha256": world.model.sha256, "seed": seed, "seeds": seed_list,
         "catalogue_sha256": catalogue_sha256(),
         "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": EVAL_N.get(world.size),
         "control": "trained matched control (agent/world/controls.py) at the same fraction"}, indent=1))
     hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
-    result = run_table(out, cards, make_ports, world.base_dir, seed, features, hashes,
+    result = run_table(out, cards, make_ports, world.base_dir, seed_list, features, hashes,
                        controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor)
 
     write_summary(out)

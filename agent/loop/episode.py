@@ -28,7 +28,7 @@ from agent.run.manifest import Manifest
 from agent.run.rundir import RunDir
 from agent.loop.state import Ctx, Entry
 from agent.run.approvals import kinds
-from agent.world.usercards.folder import freeze, frozen, read_folder
+from agent.world.usercards.folder import freeze, frozen, library_cards, read_folder, with_evidence
 from langgraph.types import Command
 from experience_bank.errors import BadInput, Busy, WriteFault, fault_path, full_file_system, write_fault
 from agent.inputs import check_bank_file
@@ -212,18 +212,20 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
                       chat_template_sha256=world.chat_template_sha256),
         library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
         allowlist=_allowlist(world, bank).manifest())
+    cards = read_folder(cfg.cards, library_cards(bank.library_records(version))) if cfg.cards is not None else None
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    if cfg.cards is not None:  # frozen before the manifest: a started run always has its cards
-        freeze(run_dir, read_folder(cfg.cards, _allowlist(world, bank).taken_ids))
+    if cards is not None:  # frozen before the manifest: a started run always has its cards
+        freeze(run_dir, cards)
     run_dir.freeze(manifest)
     init_parent(run_dir.path, world.base_dir, world.model.sha256)
     return manifest
 
 
 def _context(cfg: RunConfig, run_dir: RunDir, manifest: Manifest, world, bank, say) -> Ctx:
-    entries = {} if cfg.cards_only else {e.hash: Entry(e.hash, e.record, e.conflicted)
-                                         for e in bank.library_records(manifest.library_version)}
-    entries |= {h: Entry(h, record) for h, record in frozen(run_dir)}  # the user's imported cards
+    library = bank.library_records(manifest.library_version)
+    held, new = with_evidence(frozen(run_dir), library)  # the user's imported cards: their records, or new
+    entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in (held if cfg.cards_only else library)}
+    entries |= {h: Entry(h, record) for h, record in new}
     entries |= {e.hash: e for e in load_proposals(run_dir.path)}
     ports = WorldPorts(world, cfg, _allowlist(world, bank), manifest)
     return Ctx(rundir=run_dir, episode_id=run_dir.episode_id, manifest=manifest, entries=entries, ports=ports,

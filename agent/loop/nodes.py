@@ -30,6 +30,7 @@ from experience_bank.records import CandidateCard, Decision, Event, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
+from policies.gate import trial_paired_se
 from trainers.steps import TrialRefused
 from trainers.trial import measurement
 from agent.loop.approval import hold
@@ -180,13 +181,16 @@ def after_authorize(state: State) -> str:
 # --- validate, train, gate ---------------------------------------------------------------
 
 
-def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict):
+def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict, seen: dict | None = None):
     """The trial checkpoint's measurement: evaluated (and charged) like every model, then
-    trainers.trial.measurement with the gate's retention metrics and unparseable limit."""
+    trainers.trial.measurement with the gate's retention metrics and unparseable limit.
+    `seen["child"]`: the child's results, kept for the trial's paired SE."""
     g = ctx.manifest.gate
 
     def measure(checkpoint: str):
         child = _evaluation(ctx, checkpoint, ctx.ports.model_sha(checkpoint), "validation")
+        if seen is not None:
+            seen["child"] = child
         return measurement(child, parent_val, initial_val, target=target_metric(card.family),
                            retention=(f"{g.ifeval_suite}.{g.ifeval_prompt_metric}",
                                       f"{g.ifeval_suite}.{g.ifeval_instruction_metric}"),
@@ -211,12 +215,25 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
                 "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
     initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
     parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
-    result = once(ctx.rundir.trial_file(dh), lambda: ctx.ports.trial(
+    seen: dict = {}
+    result = once(ctx.rundir.trial_file(dh), lambda: _with_paired_se(ctx, card, ctx.ports.trial(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "trial")), f"{ctx.episode_id}:{dh[:16]}:trial",
-        _measure(ctx, card, parent_val, initial_val)), TrialResult)
+        _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
     return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
+
+
+def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Callable[[str], Any],
+                    parent_val: dict, initial_val: dict) -> TrialResult:
+    """The trial's record with the paired SE of its deltas (the verdict stays the single run's),
+    from the child's results its measurement saw; unchanged where no measurement ran here (a
+    trainer that served a stored trial, or a fake)."""
+    child = seen("child")
+    if child is None:
+        return trial
+    se = trial_paired_se(initial_val, parent_val, child, target_metric(card.family), ctx.manifest.gate)
+    return trial.model_copy(update={"paired_se_pp": se})
 
 
 def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str | None = None) -> dict:

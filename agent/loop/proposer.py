@@ -25,7 +25,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.inputs import read_json
-from agent.loop.bounded_http import BoundedHTTP
+from evaluators.bounded_http import BoundedHTTP
 from agent.loop.state import Entry
 from agent.run.rundir import RunDir
 from agent.world.catalogue import Needs

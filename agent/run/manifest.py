@@ -76,7 +76,7 @@ class Evaluators(Frozen):
     """Suites evaluated on every split."""
     eval_protocol: str
     """The world's evaluation protocol id."""
-    backend: Literal["transformers", "vllm"]
+    backend: Literal["transformers", "vllm", "openai"]
     """Generation backend."""
     n: Annotated[int, Field(ge=1)]
     """Items per target suite and split."""

@@ -84,6 +84,25 @@ def decision_rows(events: list[Event]) -> list[list[Any]]:
     return rows
 
 
+TRIAL_HEADER = ["candidate", "verdict", "trial Δval pp", "paired SE pp", "IFEval Δ prompt pp", "IFEval Δ inst pp",
+                "IFEval paired SE pp", "full Δadoption pp"]
+
+
+def trial_rows(rd: RunDir, gate: Any, events: list[Event]) -> list[list[Any]]:
+    """Every trial that ran: its verdict (a single run's) and deltas with their paired SE (the trial
+    record's, policies.gate.trial_paired_se), beside the full run's adoption delta where one ran."""
+    rows = []
+    for e in events:
+        t = rd.trial(e.decision.decision_hash)
+        if t is None:
+            continue
+        ret = lambda m: t.retention_deltas.get(f"{gate.ifeval_suite}.{m}")  # noqa: E731
+        rows.append([e.candidate_id, t.verdict, t.delta_val, t.paired_se_pp.get("target"),
+                     ret(gate.ifeval_prompt_metric), ret(gate.ifeval_instruction_metric),
+                     t.paired_se_pp.get(gate.ifeval_suite), e.fidelity["full_delta_adoption"] if e.fidelity else None])
+    return rows
+
+
 def burn_down(events: list[Event], budget_h: float, spent_h: float) -> list[list[Any]]:
     left, rows = budget_h, [["start", "", 0.0, budget_h]]
     for e in events:
@@ -220,9 +239,11 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
         Figure("burn-down", burn_down_chart(events, budget, spent), "Device-hours left after each decision; the red "
                "dot is the ledger's total, which also counts evaluations shared between decisions."),
         Table(["seq", "candidate", "charged h", "left h"], burn_down(events, budget, spent))]))
-    fid = [[e.candidate_id, e.fidelity["trial_delta_val"], e.fidelity["full_delta_adoption"]] for e in events if e.fidelity]
-    out.append(Section("Trial fidelity (trial vs full run, where both ran)", [
-        Table(["candidate", "trial Δval pp", "full Δadoption pp"], fid) if fid else "(no candidate ran both)"]))
+    trials = trial_rows(rd, manifest.gate, events)
+    out.append(Section("Trial fidelity (every trial, and the full run where one ran)", [
+        "Each verdict is one run's; its paired SE (by item id, as beside the gate's checks) says how far one "
+        "run's delta can be trusted: the target against the current parent, IFEval against the initial parent.",
+        Table(TRIAL_HEADER, trials, id="trials") if trials else "(no trial ran)"]))
     ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",

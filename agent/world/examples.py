@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Callable
 
 from experience_bank.records import CandidateCard
 from agent.world.store import EmbeddedTasks
+from evaluators import served
 from evaluators.generate import generate
+from trainers.checkpoint import adapter_of
 from trainers.data import build_examples
 
 if TYPE_CHECKING:
@@ -44,8 +46,14 @@ def card_examples(card: CandidateCard, world: "WorldData | int", seed: int, *,
 def parent_generator(parent_dir: str, *, backend: str = "transformers", batch_size: int = 32,
                      seed: int = 0) -> Callable[[list], list[str]]:
     """Greedy generation by the frozen parent, for self-replay rows."""
-    return lambda prompts: generate(parent_dir, prompts, backend=backend, batch_size=batch_size,
-                                    max_new_tokens=REPLAY_NEW_TOKENS, seed=seed)
+    def replay(prompts: list) -> list[str]:
+        if backend != "openai":
+            return generate(parent_dir, prompts, backend=backend, batch_size=batch_size,
+                            max_new_tokens=REPLAY_NEW_TOKENS, seed=seed)
+        with served.serve(parent_dir, adapter_of(parent_dir)) as model:  # a LoRA parent: its adapter, loaded
+            return generate(model.name, prompts, backend=backend, batch_size=batch_size,
+                            max_new_tokens=REPLAY_NEW_TOKENS, seed=seed)
+    return replay
 
 
 def card_rewards(card: CandidateCard) -> dict | None:

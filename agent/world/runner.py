@@ -20,6 +20,7 @@ import trainers
 from experience_bank.records import CandidateCard
 from experience_bank.results import SuiteResult, TrainResult, TrialResult
 from experience_bank.runcache import RunCache, from_env
+from trainers.checkpoint import adapter_of
 
 from agent.world.controls import control_examples, is_control
 from agent.world.examples import card_examples, card_rewards, parent_generator
@@ -74,6 +75,8 @@ class CardRunner:
         """Scores of a model on the world's items of each suite's split: the first `n` of each, or
         `sizes[suite]` where given. `seed`: the evaluation seed (the world's unless given)."""
         items = {s: self.world.items(s, split, (sizes or {}).get(s, n)) for s in suites}
+        adapter = adapter_of(model_dir) if self.backend == "openai" else None  # served: loaded per evaluation
         return evaluators.evaluate(model_dir, list(suites) if not isinstance(suites, tuple) else suites, split,
                                    out_dir=out_dir, backend=self.backend, batch_size=self.eval_batch_size, n=n,
-                                   seed=self.world.seed if seed is None else seed, items=items, cache=self.cache)
+                                   seed=self.world.seed if seed is None else seed, items=items, cache=self.cache,
+                                   adapter_dir=adapter)

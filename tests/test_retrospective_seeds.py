@@ -1,0 +1,209 @@
+"""The seeded retrospective (issue 26 item 2): interval classes, seed means in every figure, K = 1 as before, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from scipy import stats as sps
+
+from support import bank_factory as bf
+from agent.experiments import retrospective as R
+from experience_bank.errors import BadInput
+from experience_bank.hashing import content_hash
+from policies import PolicyConfig
+from policies.audit import Cell, OutcomeCell, score_policies
+from policies.outcomes import outcome_class, outcome_class_interval
+from policies.stats import mean_interval
+from test_retrospective import Card, FakePorts, _controls, _features
+
+T975_DF2 = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2))
+"""Student t(0.975; 2) in closed form: df = 2 has CDF 1/2 + t / (2 sqrt(2 + t^2))."""
+
+
+def _cls(t, p=(0.0, 0.0), i=(0.0, 0.0), hard=False):
+    return outcome_class_interval(t, p, i, band=1.0, ifeval_drop_pp=2.0, hard_failure=hard)
+
+
+def test_interval_class_boundaries():
+    assert _cls((1.0, 5.0)) == "beneficial" and _cls((0.99, 5.0)) == "uncertain"
+    assert _cls((-5.0, -1.0)) == "harmful" and _cls((-5.0, -0.99)) == "uncertain"
+    assert _cls((-0.99, 0.99)) == "neutral" and _cls((-0.5, 1.0)) == "uncertain"
+    assert _cls((2.0, 3.0), p=(-5.0, -2.01)) == "harmful"       # IFEval wholly below the guard
+    assert _cls((2.0, 3.0), i=(-2.5, 0.0)) == "uncertain"       # straddles the guard
+    assert _cls((-0.5, 0.5), p=(-2.0, 1.0)) == "neutral"        # -2.0 is within the bound
+    assert _cls((2.0, 3.0), hard=True) == "harmful"
+    # a point interval is today's rule, everywhere on a grid around the boundaries
+    grid = [-3.0, -2.01, -2.0, -1.0, -0.99, 0.0, 0.99, 1.0, 3.0]
+    for t in grid:
+        for p in grid:
+            assert _cls((t, t), p=(p, p)) == outcome_class(t, p, 0.0, band=1.0, ifeval_drop_pp=2.0)
+
+
+def test_mean_interval_by_hand():
+    mean, (lo, hi) = mean_interval([7.0, 8.0, 9.0])  # sd 1
+    assert mean == 8.0 and lo == pytest.approx(8 - T975_DF2 / math.sqrt(3)) and hi == pytest.approx(8 + T975_DF2 / math.sqrt(3))
+    assert mean_interval([2.5]) == (2.5, None)
+    assert mean_interval([0.5, 0.5, 0.5]) == (0.5, (0.5, 0.5))
+
+
+class SeededPorts(FakePorts):
+    """FakePorts whose intervention's (target gain, IFEval prompt change) at the full length depends on
+    the training seed; the control is the same at every seed (+1 pp target, -0.5 pp IFEval prompt), so a
+    cell's full-run effect at seed s is (gain_s - 1, ife_s + 0.5) and a short run's is that x fraction.
+    H2's full run at seed 1 fails a training sanity check. `fail`: (card, seed, fraction) that raises."""
+
+    SEEDED = {"B1": [(8.0, 0.0), (9.0, 0.0), (10.0, 0.0)],      # effects 7, 8, 9: beneficial
+              "H1": [(9.0, -6.0), (9.0, -7.0), (9.0, -8.0)],    # IFEval -5.5, -6.5, -7.5: harmful
+              "N1": [(1.0, 0.0), (1.1, 0.0), (0.9, 0.0)],       # 0, 0.1, -0.1: neutral
+              "U1": [(0.0, 0.0), (2.0, 0.0), (4.0, 0.0)],       # -1, 1, 3: uncertain
+              "G1": [(-2.0, 0.0), (-3.0, 0.0), (-4.0, 0.0)],    # -3, -4, -5: harmful
+              "H2": [(8.0, 0.0), (9.0, 0.0), (10.0, 0.0)]}      # as B1, but a hard failure on seed 1
+
+    def __init__(self, fail=None):
+        super().__init__()
+        self.fail = fail
+
+    def train(self, card, parent_dir, fraction, seed, out_dir):
+        if (card.id, seed, fraction) == self.fail:
+            raise RuntimeError("killed")
+        self.trained.append((card.id, seed, fraction))
+        gain, ife = self.PLAN[card.id] if card.id in self.PLAN else self.SEEDED[card.id][seed]
+        base = json.loads((Path(parent_dir) / "scores.json").read_text())
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        child = {"target": base["target"] + gain * fraction, "prompt_strict": base["prompt_strict"] + ife * fraction,
+                 "inst_strict": base["inst_strict"]}
+        (Path(out_dir) / "scores.json").write_text(json.dumps(child))
+        sanity = ["loss_finite"] if (card.id, seed, fraction) == ("H2", 1, 1.0) else []
+        return {"checkpoint": out_dir, "wall_s": 100.0 * fraction, "sanity_failures": sanity}
+
+
+CARDS = [Card("B1", "finance", "sft"), Card("H1", "finance", "sft"), Card("N1", "sql", "sft"),
+         Card("U1", "sql", "grpo"), Card("G1", "sql", "grpo"), Card("H2", "function", "sft")]
+
+
+def _table(tmp_path: Path, ports, cards=CARDS, seeds=(0, 1, 2), plan=None) -> tuple[Path, dict]:
+    base, out = tmp_path / "base", tmp_path / "retro"
+    base.mkdir(exist_ok=True)
+    (base / "scores.json").write_text(json.dumps({"target": 30.0, "prompt_strict": 70.0, "inst_strict": 80.0}))
+    feats = {c.id: _features(c.id) for c in cards}
+    sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
+    res = R.run_table(out, cards, lambda: ports, str(base), list(seeds), feats, {c.id: content_hash(c.id) for c in cards},
+                      controls=_controls(cards), parent=bf.record().source.parent)
+    (out / "ledger.json").write_text(json.dumps({"world": "fake-0", "seed": seeds[0], "seeds": list(seeds),
+                                                 "features_sha256": sha, "control": "fake control"}))
+    return out, res
+
+
+def test_three_seeds_every_class_and_the_summary_by_hand(tmp_path):
+    ports = SeededPorts()
+    out, res = _table(tmp_path, ports)
+    assert res["cells_done"] == 6 and res["failed"] == {}
+    cells = {c["id"]: c for c in map(json.loads, (out / "cells.jsonl").read_text().splitlines())}
+    assert {k: c["outcome_class"] for k, c in cells.items()} == {
+        "B1": "beneficial", "H1": "harmful", "N1": "neutral", "U1": "uncertain", "G1": "harmful", "H2": "harmful"}
+    half = T975_DF2 / math.sqrt(3)  # sd 1 over 3 seeds
+    b1 = cells["B1"]
+    assert b1["seeds"] == [0, 1, 2] and b1["full"]["target"] == 8.0 and b1["short"]["0.20"]["target"] == pytest.approx(1.6)
+    assert b1["ci95"]["full"]["target"] == pytest.approx([8 - half, 8 + half])
+    assert b1["ci95"]["full"]["prompt_strict"] == [0.5, 0.5]  # no spread: the point
+    assert cells["H1"]["ci95"]["full"]["prompt_strict"] == pytest.approx([-6.5 - half, -6.5 + half])
+    assert cells["U1"]["ci95"]["full"]["target"] == pytest.approx([1 - 2 * half, 1 + 2 * half])  # sd 2
+    assert [s["outcome_class"] for s in cells["H2"]["by_seed"]] == ["beneficial", "harmful", "beneficial"]
+    assert (out / "cells" / "B1" / "s2" / "f0.20.json").is_file() and (out / "cells" / "B1" / "s0" / "cell.json").is_file()
+    # one control run per (method, fraction, seed): 2 x 4 x 3
+    assert len(list((out / "controls").iterdir())) == 24
+    assert sum(c.startswith("CTRL") for c, _, _ in ports.trained) == 24 and len(ports.trained) == 6 * 3 * 4 + 24
+
+    s = json.loads((out / "summary.json").read_text())["summary"]
+    # by hand, over the five decided cells (U1 left out): full means B1 8, H1 8, N1 0, G1 -4, H2 8;
+    # 20 % means 1.6, 1.6, 0, -0.8, 1.6; trial on the means: B1, H1, H2 pass (IFEval at 20 %: -1.3 pp)
+    assert s["n_cells"] == 6 and s["n_decided"] == 5 and s["uncertain"] == ["U1"] and s["left_out_uncertain"] == 1
+    assert s["n_seeds"] == 3
+    assert s["outcome_classes"] == {"beneficial": 1, "harmful": 3, "neutral": 1, "uncertain": 1}
+    assert s["direction_counts"] == {"positive": 3, "neutral": 1, "negative": 1}
+    assert s["by_family"] == {"finance": {"up": 2, "flat": 0, "down": 0}, "sql": {"up": 0, "flat": 1, "down": 1},
+                              "function": {"up": 1, "flat": 0, "down": 0}}
+    assert s["retention_safe_among_improving"] == "2/3"  # H1 loses 6.5 pp of IFEval
+    sf = s["shortfull"]
+    assert sf["left_out_uncertain"] == 1
+    assert sf["confusion"] == {"tp": 1, "fp": 2, "fn": 0, "tn": 2}
+    assert sf["pass_precision"] == pytest.approx(1 / 3) and sf["pass_recall"] == 1.0
+    assert {f: (b["agree"], b["n"]) for f, b in sf["budget_sensitivity"].items()} == {
+        "0.05": (1, 5), "0.10": (1, 5), "0.20": (4, 5)}  # G1 -0.8 pp at 20 % is flat; at 10 % only N1 agrees
+    lo, hi = sf["agreement_ci"]  # Clopper-Pearson 4 of 5: Beta(k, n-k+1) and Beta(k+1, n-k) quantiles
+    assert lo == pytest.approx(sps.beta.ppf(0.025, 4, 2)) and hi == pytest.approx(sps.beta.ppf(0.975, 5, 1))
+    assert sf["spearman"] == pytest.approx(1.0) and sf["spearman_sft"] == pytest.approx(1.0)
+    assert sf["spearman_grpo"] is None  # G1 alone once U1 is left out
+    assert sf["sign_reversals"] == [] and sf["median_trial_cost_ratio"] == pytest.approx(0.2)
+
+    lines = {c.candidate_id: c for c in map(OutcomeCell.model_validate_json, (out / "outcomes.jsonl").read_text().splitlines())}
+    assert lines["U1"].outcome == "uncertain" and lines["U1"].seeds == 3
+    assert lines["B1"].full_ci["target"] == pytest.approx((8 - half, 8 + half)) and lines["B1"].trial_delta == pytest.approx(1.6)
+    # the audit counts the uncertain cell apart: in no class, so in no HER / BCov
+    audit_cells = [Cell(k, "retro", _features(k), None, "continue", c) for k, c in lines.items()]
+    scored = score_policies(audit_cells, PolicyConfig())
+    assert scored["policies"]["bcit"]["cells"] == {"beneficial": 1, "harmful": 3, "neutral": 1}
+    assert scored["coverage"]["uncertain"] == 1 and "1 of 6 candidates are uncertain" in scored["coverage"]["notes"][-1]
+    from agent.experiments.retro_summary import write_summary
+
+    write_summary(out)
+    md = (out / "retrospective.md").read_text()
+    assert "Uncertain (intervals straddle a class boundary): 1 (U1)" in md and "training seeds 0, 1, 2" in md
+
+
+def _subset(new, old, path="") -> None:
+    """Every key of `old` is in `new` with the same value (new keys are allowed)."""
+    if isinstance(old, dict):
+        for k, v in old.items():
+            assert k in new, f"{path}/{k} missing"
+            _subset(new[k], v, f"{path}/{k}")
+    else:
+        assert new == old, f"{path}: {new} != {old}"
+
+
+def test_one_seed_is_todays_table(tmp_path):
+    """The fixture is main's output (before seeds) for this fake: a one-seed table gives the same numbers."""
+
+    class Ports(FakePorts):
+        PLAN = FakePorts.PLAN | {"S02": (2.0, 0.0), "S03": (6.0, -8.0), "G02": (1.5, 0.0)}
+
+    cards = [Card("S01", "finance", "sft"), Card("G01", "sql", "grpo"), Card("S02", "finance", "sft"),
+             Card("S03", "function", "sft"), Card("G02", "sql", "grpo")]
+    out, _ = _table(tmp_path, Ports(), cards, seeds=(0,))
+    golden = json.loads((Path(__file__).parent / "fixtures" / "retro_k1_main.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    _subset(summary, golden["summary"])
+    assert summary["summary"]["uncertain"] == [] and summary["summary"]["outcome_classes"]["uncertain"] == 0
+    for new, old in zip(map(json.loads, (out / "outcomes.jsonl").read_text().splitlines()), golden["outcomes"], strict=True):
+        _subset(new, old)
+        assert new["seeds"] == 1 and new["full_ci"] == {}
+    for new, old in zip(map(json.loads, (out / "cells.jsonl").read_text().splitlines()), golden["cells"], strict=True):
+        _subset(new, old)
+        assert new["ci95"] is None and new["seeds"] == [0]
+
+
+def test_a_killed_seed_resumes_without_training_again(tmp_path):
+    cards = [Card("B1", "finance", "sft"), Card("G1", "sql", "grpo")]
+    first = SeededPorts(fail=("B1", 1, 1.0))
+    out, res = _table(tmp_path, first, cards)
+    assert res["failed"] == {"B1": "seed 1: RuntimeError: killed"} and res["cells_done"] == 1
+    assert not (out / "cells" / "B1" / "cell.json").exists() and (out / "cells" / "B1" / "s1" / "f0.20.json").is_file()
+    again = SeededPorts()
+    out, res = _table(tmp_path, again, cards)
+    assert res["failed"] == {} and res["cells_done"] == 2
+    # only what the kill left undone: seed 1's full run and its control's
+    assert again.trained == [("B1", 1, 1.0), ("CTRL-sft", 1, 1.0)]
+    b1 = json.loads((out / "cells" / "B1" / "cell.json").read_text())
+    assert b1["seeds"] == [0, 1, 2] and b1["full"]["target"] == 8.0 and b1["outcome_class"] == "beneficial"
+
+
+def test_seeds_must_be_positive_and_distinct(tmp_path, capsys):
+    with pytest.raises(BadInput, match="distinct"):
+        R.run_table(tmp_path / "x", [], lambda: None, str(tmp_path), [0, 0], {}, controls={}, parent=None)
+    from agent.cli.main import main
+
+    assert main(["retrospective", "--execute", "--seeds", "0", "--out", str(tmp_path / "r")]) == 2
+    assert "--seeds" in capsys.readouterr().err and not (tmp_path / "r").exists()
