@@ -20,6 +20,7 @@ Method = Literal["sft", "grpo"]
 Nu = Literal["continue", "restart", "none"]
 Grade = Literal["A", "B", "C"]
 Action = Literal["reject", "validate", "train"]
+Role = Literal["candidate", "control"]
 Reward = Literal["execution", "ast_match", "numeric_match", "format", "placebo"]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")]
@@ -139,6 +140,17 @@ class CandidateCard(Frozen):
     """Nominal full budget."""
     nu: Nu
     """Validation feasibility: the trial is a prefix (continue), a separate short run (restart), or impossible (none)."""
+    role: Role = "candidate"
+    """`control`: a matched control (agent.world.controls.control_card), trained on its placebo
+    recipe and never decided. Written only on a control, so a candidate's JSON and content hash
+    are those it had before the field existed."""
+
+    @model_serializer(mode="wrap")
+    def _role_only_on_controls(self, handler):
+        data = handler(self)
+        if self.role == "candidate" and isinstance(data, dict):
+            data.pop("role", None)
+        return data
 
     @model_validator(mode="after")
     def _method_fields(self) -> "CandidateCard":

@@ -127,7 +127,7 @@ from agent.config import RunConfig
 from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
 from agent.run.rundir import RunDir
 RunDir(run_dir).freeze(build_manifest(
-    episode_id=run_dir.name, config=RunConfig(policy="bcit", bank=str(bank_path)).model_dump(mode="json"),
+    episode_id=run_dir.name, config=RunConfig(policy="bcit", bank=str(bank_path)),
     budget_h=10.0, initial=ModelAt(dir="base", sha256="a" * 64),
     world=WorldId(size="test", recipe_sha256="c" * 64, chat_template_sha256="d" * 64), library_version=1,
     candidate_hashes=[], evaluators=Evaluators(suites=("sql/target",), eval_protocol="fake", backend="transformers",

@@ -80,3 +80,18 @@ def test_an_sft_control_learns_the_parents_own_answers_and_a_grpo_control_its_pr
     g = control_examples(control_card(grpo, w), w, 0, parent)
     assert asked == [] and len(g) == grpo.data.n_examples and all("completion" not in r for r in g)
     assert is_control(control_card(sft, w)) and not is_control(sft)
+
+
+def test_a_control_is_known_by_its_typed_role_not_by_its_id():
+    from experience_bank.hashing import canonical_json
+    from experience_bank.records import CandidateCard, parse_model
+
+    w = fake_world()
+    card = next(iter(catalogue(w)))
+    ctrl = control_card(card, w)
+    assert ctrl.role == "control" and is_control(ctrl)
+    assert is_control(parse_model(CandidateCard, canonical_json(ctrl)))  # the role survives its JSON
+    assert not is_control(card.model_copy(update={"id": "CTRL-sft"}))  # an id is a name, not a role
+    # a candidate's JSON is the one it had before the field existed: old records load, hashes hold
+    assert "role" not in card.model_dump() and parse_model(CandidateCard, canonical_json(card)) == card
+    assert "role" not in parse_model(CandidateCard, canonical_json(card)).model_dump(mode="json")

@@ -106,3 +106,34 @@ def test_the_time_section_refuses_walls_the_episode_did_not_have(run_dir):
 
     part = (run_dir / "report.md").read_text(encoding="utf-8").split(f"## {TIME_SECTION}")[1]
     assert "(not computed: the ledger charges" in part and "| part |" not in part
+
+
+def test_the_report_is_rebuilt_from_a_copy_of_the_run_directory_alone(run_dir, tmp_path, monkeypatch):
+    """No world (an empty AGENT_CACHE), no bank, no ports: report_inputs.json and the run
+    directory's other files give the same report.md and report.html, byte for byte."""
+    import shutil
+
+    from agent.cli.main import main
+
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "empty-cache"))
+    copy = tmp_path / "elsewhere" / run_dir.name
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("bank.sqlite*", "*.png"))
+    (copy / "report.md").write_text("stale")
+    (copy / "report.html").unlink()
+    assert not (copy / "bank.sqlite").exists()
+    assert main(["runs", "report", str(copy)]) == 0
+    assert (copy / "report.md").read_bytes() == (run_dir / "report.md").read_bytes()
+    assert (copy / "report.html").read_bytes() == (run_dir / "report.html").read_bytes()
+    assert (copy / "captrack_heatmap.json").read_bytes() == (run_dir / "captrack_heatmap.json").read_bytes()
+
+
+def test_an_unfinished_run_has_no_report_to_rebuild(run_dir, tmp_path, capsys):
+    import shutil
+
+    from agent.cli.main import main
+
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    (copy / "report.md").unlink()
+    assert main(["runs", "report", str(copy)]) == 2
+    assert "has not finished" in capsys.readouterr().err

@@ -63,3 +63,61 @@ def test_kill_then_resume_finishes_without_duplicates(tmp_path, point, reference
     assert [h for _, h in ledger] == [h for _, h in ref_ledger] and len({k for k, _ in ledger}) == len(ledger)
     assert audit == ref_audit
     assert (tmp_path / "report.md").exists()
+
+
+ABSENT = ("decision_hash", "action", "rule", "trial_verdict", "train_status", "verdict", "decided_by", "refused",
+          "stop_reason")
+"""State keys that may be absent: None now, '' in a checkpoint written before the state was typed."""
+
+
+def test_a_checkpoint_holding_the_old_empty_string_sentinels_resumes_alike(tmp_path, reference):
+    """A run stopped after S02's trial, its absent keys rewritten to '' as the old writer left
+    them, resumes to the uninterrupted run's history, ledger and audit files."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agent.loop.episode import RECURSION_LIMIT, drive
+    from agent.loop.graph import build_graph
+    from agent.run.checkpoints import strict_serde
+    from support.graph_fakes import make_ctx
+
+    ctx, initial, bank = make_ctx(tmp_path)
+    config = {"configurable": {"thread_id": ctx.episode_id}, "recursion_limit": RECURSION_LIMIT}
+    conn = sqlite3.connect(str(tmp_path / "checkpoints.sqlite"), check_same_thread=False)
+    try:
+        graph = build_graph(SqliteSaver(conn, serde=strict_serde()))
+        for chunk in graph.stream(initial, config, context=ctx, durability="sync", stream_mode="updates"):
+            if "validate" in chunk:
+                break  # S02's trial passed; its full run, gate and commit are still to come
+        values = graph.get_state(config).values
+        old = {k: "" for k in ABSENT if values.get(k) is None}
+        assert {"train_status", "verdict", "refused", "stop_reason"} <= set(old)
+        graph.update_state(config, old, as_node="validate")
+    finally:
+        conn.close()
+    try:
+        final = drive(ctx, initial, tmp_path / "checkpoints.sqlite")
+    finally:
+        bank.close()
+    events, problems, ledger, done, audit = _summary(tmp_path)
+    ref_events, ref_ledger, ref_audit = reference
+    assert problems == [] and final["stop_reason"] == "candidates_exhausted"
+    assert events == ref_events
+    assert ledger == ref_ledger and audit == ref_audit
+    assert final["trial_verdict"] is None and final["refused"] is None  # S06 trained directly: no trial, none refused
+
+
+def test_select_leaves_what_the_next_decision_has_not_decided_as_none(tmp_path):
+    from types import SimpleNamespace
+
+    from agent.loop import nodes
+    from support.graph_fakes import make_ctx
+
+    ctx, initial, bank = make_ctx(tmp_path)
+    try:
+        picked = nodes.select(initial | {"candidates": list(ctx.entries)}, SimpleNamespace(context=ctx))
+    finally:
+        bank.close()
+    assert picked["candidate_id"] == "S01"
+    assert {k: picked[k] for k in ABSENT if k in picked} == {k: None for k in ABSENT if k != "stop_reason"}

@@ -10,6 +10,7 @@ BCIT routes one to Train (grade A, replicated), one to Validate (grade B) and on
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,13 @@ def test_episode_on_the_test_world(tmp_path, monkeypatch):
     assert main(["audit", str(run_dir)]) == 0
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["budget_device_hours"] == 12.0
+    # the report again, from a copy of the run directory alone: no world (an empty cache), no bank
+    copy = tmp_path / "copy" / run_dir.name
+    shutil.copytree(run_dir, copy)
+    (copy / "report.md").write_text("stale")
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "empty-cache"))
+    assert main(["runs", "report", str(copy)]) == 0
+    assert (copy / "report.md").read_bytes() == (run_dir / "report.md").read_bytes()
     # a finished episode resumes to a no-op
     assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
     with Bank.open(bank) as b:

@@ -48,7 +48,7 @@ def _episode(folder: Path, name: str, *, policy: str, charges: list[float], prom
     run = folder / name
     run.mkdir(parents=True)
     RunDir(run).freeze(build_manifest(
-        episode_id=name, config=RunConfig(policy=policy, world="test").model_dump(mode="json"), budget_h=36.0,
+        episode_id=name, config=RunConfig(policy=policy, world="test"), budget_h=36.0,
         initial=ModelAt(dir="base", sha256=SHA["a"]), world=WorldId(size="test", recipe_sha256=SHA["c"],
                                                                     chat_template_sha256=SHA["c"]),
         library_version=1, candidate_hashes=[], evaluators=Evaluators(

@@ -125,7 +125,7 @@ def test_episode_is_mirrored_with_decisions_ledger_and_champion(episode):
 
 
 def test_second_sync_and_half_logged_run_log_nothing_twice(episode):
-    from agent.views.tracking import CHAMPION
+    from agent.views.registry import CHAMPION
 
     uri, run_dir, _, _ = episode
     v = _view(uri, run_dir)

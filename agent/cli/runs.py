@@ -1,4 +1,5 @@
-"""`agent runs ls`: the episodes under a runs folder, their state, policy, spend and promotions.
+"""`agent runs ls`: the episodes under a runs folder, their state, policy, spend and promotions;
+`agent runs report RUN`: a finished episode's report written again from its run directory alone.
 
 State, from what the run directory holds:
 - running: a live process holds its lock (agent/run/runlock.py);
@@ -24,6 +25,10 @@ EXAMPLES = """examples:
   agent runs ls --runs runs/compare-v2/episodes --json
 """
 
+REPORT_EXAMPLES = """examples:
+  agent runs report runs/ep-20261130-021003
+"""
+
 
 def register(sub) -> None:
     runs = sub.add_parser("runs", help="the episodes under a runs folder (agent runs ls)")
@@ -34,6 +39,11 @@ def register(sub) -> None:
     p.add_argument("--runs", default="runs", help="runs folder (default runs/)")
     p.add_argument("--json", action="store_true", help="one JSON object per episode, as a list")
     p.set_defaults(func=cmd_ls)
+    p = rsub.add_parser("report", help="write a finished episode's report.md and report.html again, from its run "
+                                       "directory alone (no world, no bank)", epilog=REPORT_EXAMPLES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="run directory (runs/ID)")
+    p.set_defaults(func=cmd_report)
 
 
 def episode_state(rd: RunDir) -> str:
@@ -58,8 +68,8 @@ def describe(run_dir: Path) -> dict[str, Any]:
         spent = Ledger(str(rd.ledger_file)).spent(manifest.episode_id)
     promotions = read_pointer(run_dir).promotions if rd.parent_file.is_file() else 0
     state = episode_state(rd)
-    return {"id": rd.episode_id, "state": state, "policy": manifest.config["policy"],
-            "world": manifest.config["world"], "spent_h": round(spent, 4),
+    return {"id": rd.episode_id, "state": state, "policy": manifest.config.policy,
+            "world": manifest.config.world, "spent_h": round(spent, 4),
             "budget_h": manifest.budget_device_hours, "promotions": promotions, "path": str(run_dir),
             "resume": f"agent run --resume {run_dir}" if state == "killed" else None}
 
@@ -98,4 +108,16 @@ def cmd_ls(args) -> int:
         spend = f"{r['spent_h']:.2f} / {r['budget_h']:g}"
         note = f"   resume: {r['resume']}" if r["resume"] else (f"   {r['error']}" if "error" in r else "")
         print(f"{r['id']:<{width}}  {r['state']:<10}  {r['policy']:<14}  {spend:>17}  {r['promotions']:>10}{note}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from agent.run.rundir import RunDir  # noqa: PLC0415
+    from agent.views.report import write_report  # noqa: PLC0415 (sqlite-utils, through the ledger)
+
+    rd = RunDir(Path(args.run))
+    rd.manifest()  # BadInput where it is not a run directory
+    if not rd.finished():
+        raise BadInput(f"{rd.path} has not finished (no report.md): resume it with agent run --resume {rd.path}")
+    print(write_report(rd))
     return 0

@@ -37,7 +37,7 @@ def adoption_metrics(run: RunDir, sha: str, split: str = "adoption") -> dict[str
 def _events(manifest: Manifest) -> list[Event]:
     """The episode's executed events, from its own bank's hash-chained history (the run
     directory's outcomes.jsonl holds audit outcome cells, not events)."""
-    with Bank.open(manifest.config["bank"]) as bank:
+    with Bank.open(manifest.config.bank) as bank:
         return bank.events(manifest.episode_id)
 
 

@@ -20,7 +20,7 @@ from agent.run import approvals
 def hold(ctx, state: dict, kind: str, device_hours: float) -> dict | None:
     """Pause for approval where the run asked for it. Returns None to go on (approvals off, or
     approved), else the rejection's row of the ledger."""
-    if kind not in approvals.kinds(ctx.manifest.config.get("approve")):
+    if kind not in approvals.kinds(ctx.manifest.config.approve):
         return None
     run_dir, dh = ctx.rundir.path, state["decision_hash"]
     done = approvals.recorded(run_dir, kind, dh)

@@ -130,7 +130,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print, answer: di
     if resume:
         run_dir = _run_dir(cfg, resume)
         manifest = run_dir.manifest()
-        cfg = RunConfig(**(manifest.config | ({"quiet": True} if cfg.quiet else {})))
+        cfg = manifest.config.model_copy(update={"quiet": True}) if cfg.quiet else manifest.config
     else:
         budget_h = check_inputs(cfg)
         run_dir = _run_dir(cfg, None)
@@ -175,7 +175,7 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
                    "stage": 0, "parent_dir": manifest.initial.dir, "parent_sha": manifest.initial.sha256,
                    "lineage": list(world.model.lineage),
                    "spent_h": 0.0, "consecutive_rejections": 0, "proposals_authorized": 0, "leases_used": 0,
-                   "stop_reason": ""}
+                   "stop_reason": None}
 
         with _display(cfg, ctx, say), tracked(ctx, enabled=cfg.tracking, uri=cfg.tracking_uri):
             return drive(ctx, initial, run_dir.checkpoints_file, answer) | {"run_dir": str(run_dir.path)}
@@ -213,7 +213,7 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
                             n=cfg.target_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                             sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.target_n})
     manifest = build_manifest(
-        episode_id=run_dir.episode_id, config=cfg.model_dump(mode="json"), budget_h=budget_h,
+        episode_id=run_dir.episode_id, config=cfg, budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
         world=WorldId(size=world.size, seed=world.seed, recipe_sha256=world.recipe_sha256,
                       chat_template_sha256=world.chat_template_sha256),

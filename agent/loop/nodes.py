@@ -38,6 +38,7 @@ from agent.loop.state import Ctx, State
 from agent.run.approvals import why
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
+from agent.loop.reporting import report_inputs
 from agent.views.modelcard import write_promotion_cards
 from agent.views.report import write_report
 
@@ -140,9 +141,9 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
         reason = "candidates_exhausted"
     else:
         h = state["candidates"][cursor]
-        return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": "", "action": "",
-                "rule": "", "trial_verdict": "", "proceed": False, "train_status": "", "verdict": "", "decided_by": "",
-                "refused": ""}
+        return {"record_hash": h, "candidate_id": ctx.entries[h].record.card.id, "decision_hash": None, "action": None,
+                "rule": None, "trial_verdict": None, "proceed": False, "train_status": None, "verdict": None,
+                "decided_by": None, "refused": None}
     return {"stop_reason": reason}
 
 
@@ -235,7 +236,7 @@ def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Cal
     return trial.model_copy(update={"paired_se_pp": se})
 
 
-def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str = "") -> dict:
+def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str | None = None) -> dict:
     then, _, episode = after_trial(verdict, _episode_state(state), ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
             "leases_used": episode.leases_used, "spent_h": _spent(ctx)}
@@ -382,7 +383,7 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "lineage": list(lineage),
             "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
-            "spent_h": _spent(ctx), "verdict": state.get("verdict", "")}
+            "spent_h": _spent(ctx), "verdict": state.get("verdict")}
 
 
 def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
@@ -401,6 +402,9 @@ def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
 
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:
-    """Write runs/ID/report.md and report.html from what the run stored (and the world ports' context)."""
-    write_report(runtime.context, dict(state))
+    """Store what only the live episode can compute (report_inputs.json), then write runs/ID/report.md
+    and report.html from the run directory alone."""
+    ctx = runtime.context
+    ctx.rundir.write_report_inputs(report_inputs(ctx, state))
+    write_report(ctx.rundir)
     return {}

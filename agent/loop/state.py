@@ -24,6 +24,10 @@ from agent.run.rundir import RunDir
 
 
 class State(TypedDict, total=False):
+    """A key that may be absent holds None. A checkpoint written before 0.1's typed state holds ''
+    there instead; every reader tests such a key for truth (`state.get(key)`), never against
+    None or '', so a checkpoint from before resumes as it would have (tests/test_resume.py)."""
+
     episode_id: str
     """Episode id (= the run directory's name)."""
     manifest_hash: str
@@ -40,22 +44,22 @@ class State(TypedDict, total=False):
     """Current candidate's record hash."""
     candidate_id: str
     """Current candidate's card id."""
-    decision_hash: str
-    """Current decision's hash (the key of every side effect)."""
-    action: str
-    """reject | validate | train."""
-    rule: str
-    """Rule that fired."""
-    trial_verdict: str
-    """pass | fail | inconclusive | not_started | '' (no trial)."""
+    decision_hash: str | None
+    """Current decision's hash (the key of every side effect); None until it is authorized."""
+    action: str | None
+    """reject | validate | train; None until it is authorized."""
+    rule: str | None
+    """Rule that fired; None until it is authorized."""
+    trial_verdict: str | None
+    """pass | fail | inconclusive | not_started; None: no trial."""
     proceed: bool
     """The trial allows the full run (pass, or inconclusive within the fallback lease)."""
-    train_status: str
-    """done | not_started | failed | '' (no full run)."""
-    verdict: str
-    """promote | rollback | '' (no gate)."""
-    decided_by: str
-    """Gate check that decided, or the rule / trial reason."""
+    train_status: str | None
+    """done | not_started | failed; None: no full run."""
+    verdict: str | None
+    """promote | rollback; None: no gate."""
+    decided_by: str | None
+    """Gate check that decided, or the rule / trial reason; None: none yet."""
     parent_sha: str
     """Current parent's weights hash."""
     lineage: list[str]
@@ -75,10 +79,10 @@ class State(TypedDict, total=False):
     """Exploratory proposals routed to Validate so far (quota q)."""
     leases_used: int
     """Inconclusive trials that went on to a full run (fallback lease)."""
-    refused: str
-    """Why a trial or full run the decision allowed was not started ('' if none was refused)."""
-    stop_reason: str
-    """Why the loop stopped ('' while running)."""
+    refused: str | None
+    """Why a trial or full run the decision allowed was not started (None: none was refused)."""
+    stop_reason: str | None
+    """Why the loop stopped (None while running)."""
     library_version: int
     """Library version written by consolidation."""
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from agent.config import RunConfig
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
 from experience_bank.records import Frozen, Ident, Sha256, parse_model
@@ -127,8 +128,9 @@ class Manifest(Frozen):
 
     episode_id: Ident
     """Episode id (= the run directory's name)."""
-    config: dict[str, Any]
-    """The whole RunConfig as given (for resume)."""
+    config: RunConfig
+    """The whole RunConfig as given (for resume). Validated like any config: a manifest written
+    before a key existed reads that key at its default (its hash covers what it holds: `_hash`)."""
     budget_device_hours: Annotated[float, Field(gt=0.0)]
     """The episode budget."""
     initial: ModelAt
@@ -165,11 +167,11 @@ class Manifest(Frozen):
     """Content hash of every other field."""
 
 
-def build_manifest(*, episode_id: str, config: dict[str, Any], budget_h: float, initial: ModelAt, world: WorldId,
+def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initial: ModelAt, world: WorldId,
                    library_version: int, candidate_hashes: list[str], evaluators: Evaluators,
                    datasets: dict[str, str], allowlist: dict[str, Any]) -> Manifest:
     """The manifest of a new episode from its RunConfig values; `manifest_hash` over the rest."""
-    c = config
+    c = config.model_dump(mode="json")
     body = {
         "episode_id": episode_id, "config": c, "budget_device_hours": budget_h,
         "initial": initial.model_dump(mode="json"), "world": world.model_dump(mode="json"),
@@ -193,8 +195,10 @@ def build_manifest(*, episode_id: str, config: dict[str, Any], budget_h: float, 
 
 def _hash(manifest: Manifest) -> str:
     # Over the typed record's own dump, so that parsing and hashing can never disagree on a
-    # number's spelling (36 vs 36.0).
-    return content_hash(manifest.model_dump(mode="json", exclude={"manifest_hash"}))
+    # number's spelling (36 vs 36.0); over the fields the file holds (exclude_unset), so that a
+    # manifest written before a field with a default existed still matches the hash it was
+    # written with (a new manifest sets every field).
+    return content_hash(manifest.model_dump(mode="json", exclude={"manifest_hash"}, exclude_unset=True))
 
 
 def policy_config(config: dict[str, Any]) -> PolicyConfig:

@@ -13,6 +13,7 @@
     runs/ID/steps/<hash16>/          one decision's trial.json, train.json, verdict.json and checkpoints
     runs/ID/report.md, report.html   the report, its figures (<id>.png) and the CapTrack heat map
                                      (captrack_heatmap.png, captrack_heatmap.json)
+    runs/ID/report_inputs.json       what the report reads besides the files above (agent/run/report_inputs.py)
     runs/ID/run.lock                 held by the live process that runs the episode (agent/run/runlock.py)
     runs/ID/user_cards.json          the user's imported cards, frozen when the episode starts (agent/world/usercards)
     runs/ID/approval_pending.json    what waits for a person's approval (agent/run/approvals.py)
@@ -37,6 +38,7 @@ from experience_bank.records import parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
 from agent.run.manifest import Manifest, parse_manifest
+from agent.run.report_inputs import ReportInputs
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,10 @@ class RunDir:
         return self.path / "captrack_heatmap.json"
 
     @property
+    def report_inputs_file(self) -> Path:
+        return self.path / "report_inputs.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.path / "run.lock"
 
@@ -146,6 +152,18 @@ class RunDir:
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"{self.manifest_file} cannot be read ({type(exc).__name__}): restore it or start a new run") from None
         return parse_manifest(text, str(self.manifest_file))
+
+    # --- the report's inputs ---------------------------------------------------------
+    def write_report_inputs(self, inputs: ReportInputs) -> None:
+        # model_dump_json, not canonical_json: the counts' and the heat map's order is the report's
+        write_atomic(self.report_inputs_file, inputs.model_dump_json())
+
+    def report_inputs(self) -> ReportInputs:
+        """What the loop's report node stored for the report; BadInput when it is missing."""
+        if not self.report_inputs_file.is_file():
+            raise BadInput(f"{self.path} has no {self.report_inputs_file.name}: its episode has not reached the "
+                           "report (resume it with agent run --resume), or ran before the report kept its inputs")
+        return _read(self.report_inputs_file, ReportInputs)
 
     # --- evaluations -------------------------------------------------------------------
     def eval_dir(self, model_sha: str, split: str) -> Path:

@@ -1,10 +1,10 @@
 """runs/ID/report.md and report.html: what the episode decided, spent and changed.
 
-It reads what the run stored (bank events, ledger, evaluation results, gate verdicts), plus
-two tables it asks the episode's world ports for: the library's compatibility with each parent
-(compiled against the world's context of that parent) and each child's CapTrack drift. It runs
-no model, but it needs the world's ports: a report is rewritten by the loop's report node, not
-from a run directory alone. Sections: decision table
+It reads the run directory alone (manifest, ledger, evaluation results, gate verdicts, and
+report_inputs.json, where the loop's report node stored what only the live episode could
+compute: the events, the library's compatibility with each parent and each child's CapTrack
+drift), so `agent runs report` rebuilds it, byte for byte, from a copy of the run directory with
+no world and no bank. It runs no model and asks no world. Sections: decision table
 (features, action, rule), ledger and budget burn-down, trial fidelity, trajectory of every
 suite across promotions, the CapTrack heat map (evaluators/heatmap.py), the IFEval guard
 over time and each gate check beside its paired noise (n, SE, McNemar p). Both files render
@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,10 @@ from evaluators.heatmap import legend, write_heatmap
 from experience_bank.errors import BadInput
 from experience_bank.records import Event
 from experience_bank.results import GateCheck, GateVerdict, SuiteResult
-from policies.features import compatibility_summary
+from trainers.ledger import Ledger
 
-from agent.run.checkpoints import checkpoint_marks
 from agent.run.manifest import ENDPOINT_SPLIT, Manifest
+from agent.run.report_inputs import Compatibility, ReportInputs
 from agent.run.rundir import RunDir
 from agent.run.approvals import report_rows
 from agent.views.charts import burn_down_chart, ifeval_chart, trajectory_chart
@@ -146,19 +145,12 @@ def ifeval_points(events: list[Event]) -> list[dict[str, Any]]:
     return points
 
 
-def _heatmap(ctx: Any, manifest: Manifest, events: list[Event]) -> list[Table | Figure | str]:
+def _heatmap(rd: RunDir, drift: dict[str, dict[str, float | None]]) -> list[Table | Figure | str]:
     """Groups and sub-capabilities x every child that reached the gate (drift % vs the initial parent)."""
-    rd = ctx.rundir
-    initial = _results(rd, manifest.initial.sha256, "adoption")
-    table = {}
-    for e in events:
-        child = _child_sha(rd, e)
-        if initial is not None and child is not None:
-            table[f"{e.seq}:{e.candidate_id}"] = ctx.ports.captrack(initial, _results(rd, child, "adoption"))
-    if not table:
+    if not drift:
         return ["(no child reached the gate: no heat map)"]
-    data = write_heatmap(table, rd.heatmap_png, rd.heatmap_json,
-                         title=f"CapTrack drift vs the initial parent, episode {ctx.episode_id}")
+    data = write_heatmap(drift, rd.heatmap_png, rd.heatmap_json,
+                         title=f"CapTrack drift vs the initial parent, episode {rd.episode_id}")
     caption = ("Relative drift (%) of each CapTrack group and sub-capability of a child against the initial "
                "parent (blue better, red worse; grey n/a: unknown, or a base below the floor). Matrix: "
                f"{rd.heatmap_json.name}.")
@@ -207,33 +199,26 @@ def _judged(rd: RunDir, events: list[Event]) -> list[tuple[int, str, GateVerdict
     return [(seq, cid, v) for seq, cid, v in verdicts if v is not None]
 
 
-def compatibility_rows(ctx: Any, events: list[Event]) -> list[list[Any]]:
-    """The whole library compiled against the initial parent and against every promoted child:
-    counts of A, of the parent and data field scores, and of H with the conflicts that fired."""
-    rd, manifest = ctx.rundir, ctx.manifest
-    parents = [(0, manifest.initial.sha256)]
-    for e in events:
-        if e.outcome == "promoted":
-            parents.append((len(parents), rd.train(e.decision.decision_hash).checkpoint_sha256))
-    records = [x for x in ctx.entries.values() if x.record.kind == "historical"]
-    rows, prior = [], ()
-    for stage, sha in parents:
-        current = ctx.ports.context("", sha, stage, prior)
-        s = compatibility_summary([ctx.ports.compile(x, current) for x in records])
-        fmt = lambda d: ", ".join(f"{k}×{n}" for k, n in d.items())  # noqa: E731
-        rows.append([stage, sha[:12], s["n"], fmt(s["A"]), fmt(s["fields"]["parent"]), fmt(s["fields"]["data"]),
-                     s["H"], "; ".join(f"{k} ×{n}" for k, n in s["conflicts"].items()) or "–"])
-        prior = (*prior, sha) if stage else (*ctx.ports.model_ref("", sha).lineage, sha)
-    return rows
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{k}×{n}" for k, n in d.items())
 
 
-def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
+def compatibility_rows(stored: tuple[Compatibility, ...]) -> list[list[Any]]:
+    """The library against the initial parent and every promoted child (the report node compiled
+    it: agent.loop.reporting.compatibility): counts of A, of the parent and data field scores,
+    and of H with the conflicts that fired."""
+    return [[c.stage, c.parent_sha256[:12], c.n, _counts(c.A), _counts(c.fields["parent"]), _counts(c.fields["data"]),
+             c.H, "; ".join(f"{k} ×{n}" for k, n in c.conflicts.items()) or "–"] for c in stored]
+
+
+def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
     """Every section of the report, computed once for both renderings."""
-    rd, manifest = ctx.rundir, ctx.manifest
-    events = ctx.bank.events(ctx.episode_id)
-    spent, budget = ctx.ledger.spent(ctx.episode_id), manifest.budget_device_hours
-    summary = (f"Manifest {state.get('manifest_hash', '')[:16]}; stopped: {state.get('stop_reason', '')}; "
-               f"promotions: {state.get('stage', 0)}; new library version: {state.get('library_version', '–')}; "
+    manifest, events = rd.manifest(), list(inputs.events)
+    ledger = Ledger(str(rd.ledger_file))
+    spent, budget = ledger.spent(rd.episode_id), manifest.budget_device_hours
+    version = "–" if inputs.library_version is None else inputs.library_version
+    summary = (f"Manifest {inputs.manifest_hash[:16]}; stopped: {inputs.stop_reason}; "
+               f"promotions: {inputs.stage}; new library version: {version}; "
                f"spent {spent:.3f} of {budget:.3f} device-hours.")
     out = [Section("Summary", [summary]),
            Section("Decisions (features, action, rule)", [Table(
@@ -242,7 +227,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
     out.append(Section("Compatibility of the library with each parent", [
         "Every library record compiled against the initial parent and each promoted child (counts of each value).",
         Table(["stage", "parent", "records", "A", "parent field", "data field", "H", "hard conflicts"],
-              compatibility_rows(ctx, events), id="compatibility")]))
+              compatibility_rows(inputs.compatibility), id="compatibility")]))
     if approvals := report_rows(rd.path):
         out.append(Section("Approvals (approvals.jsonl, hash-chained)", [Table(
             ["#", "before", "candidate", "decision", "device h", "answer", "by", "reason"], approvals, id="approvals")]))
@@ -259,7 +244,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         "Each verdict is one run's; its paired SE (by item id, as beside the gate's checks) says how far one "
         "run's delta can be trusted: the target against the current parent, IFEval against the initial parent.",
         Table(TRIAL_HEADER, trials, id="trials") if trials else "(no trial ran)"]))
-    ends = endpoint_rows(rd, state.get("parent_sha") or manifest.initial.sha256)
+    ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",
         Table(["suite", "metric", "test", "adoption", "test items"], ends, id="endpoint") if ends
@@ -269,7 +254,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         Figure("trajectories", trajectory_chart(header, rows), "Primary metric of each suite (and IFEval prompt "
                "strict) for the initial parent and every promoted child; the table lists every metric."),
         Table(header, rows)]))
-    out.append(Section("CapTrack heat map", _heatmap(ctx, manifest, events)))
+    out.append(Section("CapTrack heat map", _heatmap(rd, inputs.captrack_drift)))
     initial = _results(rd, manifest.initial.sha256, "adoption") or {}
     base = dict(initial["ifeval"].metrics) if "ifeval" in initial else {}
     points, drop = ifeval_points(events), manifest.gate.ifeval_max_drop_pp
@@ -285,7 +270,7 @@ def sections(ctx: Any, state: dict[str, Any]) -> list[Section]:
         "the current parent), with its standard error and the exact McNemar p on the items that changed. A "
         f"CapTrack regime worse than moderate needs {manifest.gate.min_severe_items} items.",
         Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
-    out.append(time_section(ctx))
+    out.append(time_section(ledger.charges(rd.episode_id), inputs.wall_seconds))
     return out
 
 
@@ -294,16 +279,13 @@ TIME_SECTION = "Where the wall-clock went"
 report that differs between an episode run with and without the run cache."""
 
 
-def time_section(ctx: Any) -> Section:
+def time_section(charges: list[dict], wall: float) -> Section:
     """Trials, full runs, evaluations and the control plane, up to the report (agent.views.timing);
     charges the run cache served are counted apart, at the seconds they cost when they ran."""
-    rd = ctx.rundir
-    marks = checkpoint_marks(rd.checkpoints_file, ctx.episode_id) if rd.checkpoints_file.is_file() else []
-    wall = time.time() - marks[0][1] if marks else 0.0
     if wall <= 0:
         return Section(TIME_SECTION, ["(no checkpoints: the episode did not run under the loop)"])
     try:
-        split = time_breakdown(ctx.ledger.charges(ctx.episode_id), wall)
+        split = time_breakdown(charges, wall)
     except BadInput as exc:  # a resumed episode's walls can exceed this process's span
         return Section(TIME_SECTION, [f"(not computed: {exc})"])
     rows = [[name, part["n"], part["seconds"], 100 * part["share"]] for name, part in split["parts"].items()]
@@ -315,16 +297,16 @@ def time_section(ctx: Any) -> Section:
         Table(["part", "charges", "seconds", "share %"], rows, id="time")])
 
 
-def write_report(ctx: Any, state: dict[str, Any]) -> Path:
-    """Write report.md (with its PNGs) and the self-contained report.html; return the .md path."""
-    rd = ctx.rundir
-    parts = sections(ctx, state)
+def write_report(rd: RunDir) -> Path:
+    """Write report.md (with its PNGs) and the self-contained report.html from the run directory
+    alone (report_inputs.json included); return the .md path."""
+    parts = sections(rd, rd.report_inputs())
     for s in parts:
         for b in s.blocks:
             if isinstance(b, Figure) and b.id != "heatmap":  # the heat map wrote its own file
                 rd.figure_file(b.id).write_bytes(b.png)
     rd.report_md.write_text(markdown(parts, rd), encoding="utf-8")
-    rd.report_html.write_text(page(parts, ctx.episode_id), encoding="utf-8")
+    rd.report_html.write_text(page(parts, rd.episode_id), encoding="utf-8")
     return rd.report_md
 
 

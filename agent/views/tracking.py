@@ -11,7 +11,7 @@ under the alias `champion`:
 - the ledger's charges as metrics over steps of the episode run (`ledger.charge_h`,
   `ledger.spent_h`, `budget.left_h`);
 - a promoted child as a new version of the registered model named after the lineage (world +
-  initial parent), alias `champion` on the version whose weights `parent.json` names, the
+  initial parent; agent/views/registry.py), alias `champion` on the version whose weights `parent.json` names, the
   champion it replaced keeps `previous`; a rolled-back child is a decision run tagged with
   the deciding gate check;
 - a fully trained child is registered as soon as its run ends and carries the alias
@@ -48,13 +48,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent.run.promotion import read_pointer
 from agent.run.rundir import RunDir
 from agent.run.runlock import hold
-from agent.views.modelcard import card_path
+from agent.views.registry import mark_challenger, register, settle_challenger
 
 EXPERIMENT = "posttrain-agent"
-CHAMPION, PREVIOUS, CHALLENGER = "champion", "previous", "challenger"
 _KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 # A down server must cost seconds, not MLflow's default minutes of retries; a user's own setting wins.
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.5",
@@ -209,8 +207,8 @@ class Tracker:
         self._log_ledger(client, charges)
         promoted = [e for e in events if e.outcome == "promoted"]
         if promoted:
-            self._register(client, promoted, done, lineage)
-        self._settle_challenger(client, events, done, lineage)
+            register(client, self.rundir, promoted, done, lineage)
+        settle_challenger(client, self.rundir, events, done, lineage)
 
     def _decision_runs(self, client) -> dict[str, Any]:
         runs = client.search_runs([self.experiment_id], f"tags.`mlflow.parentRunId` = '{self._run_id}'",
@@ -274,39 +272,6 @@ class Tracker:
         if batch:
             client.log_batch(self._run_id, metrics=batch)
 
-    @staticmethod
-    def _registered(client, lineage: str) -> None:
-        from mlflow.exceptions import MlflowException  # noqa: PLC0415
-
-        try:
-            client.get_registered_model(lineage)
-        except MlflowException:
-            client.create_registered_model(lineage, tags={"lineage": lineage})
-
-    def _register(self, client, promoted: list, runs: Mapping[str, Any], lineage: str) -> None:
-        self._registered(client, lineage)
-        for event in promoted:
-            self._version(client, lineage, event.decision.decision_hash, event.candidate_id,
-                          runs[event.decision.decision_hash].info.run_id, f"{event.candidate_id}: {event.reason[:200]}")
-        self._move_champion(client, lineage)
-
-    def _version(self, client, lineage: str, dh: str, candidate: str, run_id: str | None, description: str):
-        found = client.search_model_versions(f"name = '{lineage}' and tag.decision_hash = '{dh}'")
-        train = _dump(self.rundir.train(dh))
-        card = card_path(Path(train["checkpoint"]).resolve())
-        if found:
-            version = found[0]
-        else:
-            version = client.create_model_version(lineage, source=str(card.parent), run_id=run_id, tags={
-                "episode_id": self.rundir.episode_id, "decision_hash": dh, "candidate": candidate,
-                "sha256": train["checkpoint_sha256"]}, description=description)
-        if card.is_file() and version.tags.get("model_card") != str(card):  # written at promotion, after the challenger
-            client.set_model_version_tag(lineage, version.version, "model_card", str(card))
-            client.update_model_version(lineage, version.version, description=f"{description}\nmodel card: {card}")
-        if run_id and version.tags.get("decision_run_id") != run_id:
-            client.set_model_version_tag(lineage, version.version, "decision_run_id", run_id)
-        return version
-
     # --- the challenger: the child the gate is evaluating ----------------------------------
 
     def challenger(self, lineage: str, decision_hash: str, candidate: str) -> None:
@@ -314,50 +279,8 @@ class Tracker:
         if self._run_id is None:
             return
 
-        def mark() -> None:
-            client = self._mlflow()
-            self._registered(client, lineage)
-            version = self._version(client, lineage, decision_hash, candidate, None, f"{candidate}: under evaluation")
-            client.set_registered_model_alias(lineage, CHALLENGER, version.version)
-
-        self._guarded("registering the challenger", lambda: self._serialised(mark))
-
-    def _settle_challenger(self, client, events: list, runs: Mapping[str, Any], lineage: str) -> None:
-        """A committed child is no longer the challenger; a rolled-back one's version says so."""
-        from mlflow.exceptions import MlflowException  # noqa: PLC0415
-
-        committed = {e.decision.decision_hash: e for e in events}
-        try:
-            current = client.get_registered_model(lineage).aliases.get(CHALLENGER)  # (searches omit aliases)
-        except MlflowException:
-            return  # nothing registered yet
-        versions = client.search_model_versions(f"name = '{lineage}' and tag.episode_id = '{self.rundir.episode_id}'")
-        for version in versions:
-            event = committed.get(version.tags.get("decision_hash"))
-            if event is None:
-                continue
-            if event.outcome == "rolled_back" and version.tags.get("outcome") != "rolled_back":
-                self._version(client, lineage, event.decision.decision_hash, event.candidate_id,
-                              runs[event.decision.decision_hash].info.run_id, f"{event.candidate_id}: {event.reason[:200]}")
-                client.set_model_version_tag(lineage, version.version, "outcome", "rolled_back")
-        if current is not None and client.get_model_version(lineage, current).tags.get("decision_hash") in committed:
-            client.delete_registered_model_alias(lineage, CHALLENGER)
-
-    def _move_champion(self, client, lineage: str) -> None:
-        """`champion` follows parent.json (the truth); the champion it replaces becomes `previous`."""
-
-        sha = read_pointer(self.run_dir).parent.sha256
-        mine = client.search_model_versions(f"name = '{lineage}' and tag.sha256 = '{sha}'")
-        if not mine:
-            return  # the current parent is the initial model: nothing promoted to point at
-        target = max(mine, key=lambda v: int(v.version))
-        aliases = client.get_registered_model(lineage).aliases
-        current = aliases.get(CHAMPION)
-        if current == target.version:
-            return
-        if current is not None:
-            client.set_registered_model_alias(lineage, PREVIOUS, current)
-        client.set_registered_model_alias(lineage, CHAMPION, target.version)
+        self._guarded("registering the challenger", lambda: self._serialised(
+            lambda: mark_challenger(self._mlflow(), self.rundir, lineage, decision_hash, candidate)))
 
     # --- the end ------------------------------------------------------------------------------
 

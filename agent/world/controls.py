@@ -52,7 +52,7 @@ def control_card(card: CandidateCard, world: "WorldData") -> CandidateCard:
     body = card.model_dump()
     signal = "placebo reward" if card.method == "grpo" else "answered by the parent"
     body.update(id=f"CTRL-{card.method}", title=f"Matched control ({card.method}, reference recipe, "
-                f"{CONTROL_POOL} prompts {signal})", nu="continue", adapter={"kind": "full"})
+                f"{CONTROL_POOL} prompts {signal})", nu="continue", adapter={"kind": "full"}, role="control")
     body["data"] = {"mix": ({"dataset": {"id": CONTROL_POOL, "sha256": world.datasets[CONTROL_POOL]}, "weight": 1.0},),
                     "n_examples": card.data.n_examples, "replay_share": 0.0, "replay_entries": ()}
     hp = body["hparams"] | REFERENCE[card.method]
@@ -63,7 +63,8 @@ def control_card(card: CandidateCard, world: "WorldData") -> CandidateCard:
 
 
 def is_control(card: CandidateCard) -> bool:
-    return card.id.startswith("CTRL-")
+    """Whether a card is a matched control (its typed role, set by `control_card`; not its id)."""
+    return card.role == "control"
 
 
 def control_examples(control: CandidateCard, world: "WorldData", seed: int,

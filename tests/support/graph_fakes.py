@@ -222,7 +222,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
         cfg = RunConfig(policy=policy, bank=str(run_dir / "bank.sqlite"), world="test", fallback_lease=fallback_lease,
                         max_consecutive_rejections=max_rejections, approve=approve)
         rd.freeze(build_manifest(
-            episode_id="E-fake", config=cfg.model_dump(mode="json"), budget_h=budget_h,
+            episode_id="E-fake", config=cfg, budget_h=budget_h,
             initial=ModelAt(dir=str(base), sha256=base_sha),
             world=WorldId(size="test", recipe_sha256=bf.sha("recipe"), chat_template_sha256=bf.sha("tpl")),
             library_version=bank.current_library_version(), candidate_hashes=[], evaluators=Evaluators(
@@ -236,7 +236,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
               bank=KillingBank(bank), ledger=Ledger(str(rd.ledger_file)), audit=RunAudit(rd, manifest))
     initial = {"episode_id": episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0, "stage": 0,
                "parent_dir": str(base), "parent_sha": base_sha, "spent_h": 0.0, "consecutive_rejections": 0,
-               "proposals_authorized": 0, "leases_used": 0, "stop_reason": ""}
+               "proposals_authorized": 0, "leases_used": 0, "stop_reason": None}
     return ctx, initial, bank
 
 

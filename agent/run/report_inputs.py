@@ -1,0 +1,59 @@
+"""runs/ID/report_inputs.json: what the report reads besides the run directory's other files.
+
+The report (agent/views/report.py) runs no model and asks no world: whatever it needs that only
+the live episode could compute (the library's compatibility with each parent, compiled against
+the world's context of that parent; each child's CapTrack drift; the episode's events, which the
+bank holds; the final state; the wall-clock up to the report) is stored here by the loop's report
+node, so a report is rebuilt from a copy of the run directory alone (`agent runs report`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from experience_bank.records import Event, Frozen, Sha256
+
+
+class Compatibility(Frozen):
+    """The library compiled against one parent (policies.features.compatibility_summary's counts)."""
+
+    stage: Annotated[int, Field(ge=0)]
+    """0 for the initial parent, k for the k-th promoted child."""
+    parent_sha256: Sha256
+    """The parent's weights hash."""
+    n: Annotated[int, Field(ge=0)]
+    """Records compiled."""
+    A: dict[str, int]
+    """Applicability value -> records, in the summary's order."""
+    fields: dict[str, dict[str, int]]
+    """Field name -> score -> records."""
+    H: Annotated[int, Field(ge=0)]
+    """Records with a hard conflict."""
+    conflicts: dict[str, int]
+    """Hard conflict name -> times it fired."""
+
+
+class ReportInputs(Frozen):
+    """Written by the loop's report node before the report; read by the report alone."""
+
+    manifest_hash: str
+    """The state's manifest hash (the summary prints its first 16 characters)."""
+    stop_reason: str
+    """Why the loop stopped."""
+    stage: Annotated[int, Field(ge=0)]
+    """Promotions in the episode."""
+    library_version: int | None
+    """The library version consolidation wrote (None: not consolidated)."""
+    final_parent_sha256: Sha256
+    """The episode's final parent (the endpoint's model)."""
+    events: tuple[Event, ...]
+    """The episode's events, in order, as the bank holds them."""
+    compatibility: tuple[Compatibility, ...]
+    """The library against the initial parent and every promoted child, in order."""
+    captrack_drift: dict[str, dict[str, float | None]]
+    """`<seq>:<candidate>` of every child that reached the gate -> CapTrack group or
+    sub-capability -> relative drift (%) against the initial parent (None: unknown)."""
+    wall_seconds: Annotated[float, Field(ge=0.0)]
+    """From the episode's first checkpoint to the report (0: it did not run under the loop)."""
