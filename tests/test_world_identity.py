@@ -25,7 +25,7 @@ def test_world_id_names_the_build_threads_and_environment():
                 replace(env, machine="arm64")]
     ids = {recipe_sha256(recipe, e) for e in variants} | {recipe_sha256(replace(recipe, threads=2), env)}
     assert len(ids) == 5
-    assert RECIPES["default"].threads == 2  # the count the published default base was built with
+    assert RECIPES["default"].threads == 1  # world-v4: both sizes build on one thread (docs/world.md)
 
 
 def test_the_build_runs_on_the_recipe_s_threads_whatever_the_caller_set(tmp_path):
