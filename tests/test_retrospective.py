@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from support import bank_factory as bf
+from agent.experiments import retro_cells as RC
 from agent.experiments import retrospective as R
 from experience_bank.hashing import content_hash
 from experience_bank.records import FieldScores
@@ -16,11 +17,11 @@ from policies.features import assemble
 
 
 def test_outcome_class_and_direction():
-    assert R.outcome_class(3.0, {"prompt_strict": -1.0, "inst_strict": 0.0}) == "beneficial"
-    assert R.outcome_class(3.0, {"prompt_strict": -2.5, "inst_strict": 0.0}) == "harmful"  # no gain compensates
-    assert R.outcome_class(-1.0, {"prompt_strict": 0.0, "inst_strict": 0.0}) == "harmful"
-    assert R.outcome_class(0.5, {"prompt_strict": -2.0, "inst_strict": 0.0}) == "neutral"  # -2.0 is within the bound
-    assert [R.direction(d) for d in (1.0, 0.99, -0.99, -1.0)] == ["up", "flat", "flat", "down"]
+    assert RC.outcome_class(3.0, {"prompt_strict": -1.0, "inst_strict": 0.0}) == "beneficial"
+    assert RC.outcome_class(3.0, {"prompt_strict": -2.5, "inst_strict": 0.0}) == "harmful"  # no gain compensates
+    assert RC.outcome_class(-1.0, {"prompt_strict": 0.0, "inst_strict": 0.0}) == "harmful"
+    assert RC.outcome_class(0.5, {"prompt_strict": -2.0, "inst_strict": 0.0}) == "neutral"  # -2.0 is within the bound
+    assert [RC.direction(d) for d in (1.0, 0.99, -0.99, -1.0)] == ["up", "flat", "flat", "down"]
 
 
 def _cell(cid, family, method, short20, full, ife=0.0, verdict="inconclusive", wall=(2.0, 10.0)):
@@ -29,7 +30,7 @@ def _cell(cid, family, method, short20, full, ife=0.0, verdict="inconclusive", w
     short["0.05"]["target"] = -short20  # the shortest run always disagrees in these cells
     ifeval = {"prompt_strict": ife, "inst_strict": 0.0}
     return {"id": cid, "family": family, "method": method, "short": short, "trial_verdict": verdict,
-            "full": {"target": full, "ifeval": ifeval, "wall_s": wall[1]}, "outcome_class": R.outcome_class(full, ifeval)}
+            "full": {"target": full, "ifeval": ifeval, "wall_s": wall[1]}, "outcome_class": RC.outcome_class(full, ifeval)}
 
 
 def test_summarise_cells_hand_checked():
@@ -38,7 +39,7 @@ def test_summarise_cells_hand_checked():
              _cell("G01", "sql", "grpo", -2.0, 2.0),                              # FN, sign reversal
              _cell("G02", "sql", "grpo", 0.0, 0.0),                               # TN, flat/flat
              _cell("S03", "function", "sft", -3.0, -4.0, verdict="fail")]         # TN
-    s = R.summarise_cells(cells)
+    s = RC.summarise_cells(cells)
     assert s["direction_counts"] == {"positive": 3, "neutral": 1, "negative": 1}
     assert s["by_family"]["finance"] == {"up": 2, "flat": 0, "down": 0}
     assert s["retention_safe_among_improving"] == "2/3"

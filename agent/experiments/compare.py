@@ -292,6 +292,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     and seeds. DIR/compare.{md,json} hold the pooled statistics and, under `per_world`, each
     world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`)."""
     start = time.monotonic()
+    executor = executor or LocalExecutor(n_jobs)  # one for every world
     per_world, pooled = {}, []
     for ws in world_seeds:
         one = None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws))
@@ -301,6 +302,6 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
         pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
     summary = summarise(pooled) | {"per_world": per_world}
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
-            "jobs": n_jobs, "executor": (executor or LocalExecutor(n_jobs)).name, "wall_s": time.monotonic() - start}
+            "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start}
     write_outputs(out, summary, pooled, meta)
     return summary

@@ -3,7 +3,7 @@
 Everything here is read back from the table's own files (ledger.json, features.jsonl,
 summary.json, and the audit ledger through policies.replay.replay_run), and set beside the
 paper's aggregates as the shipped replay recomputes them (`agent replay retrospective-24`).
-Nothing is computed twice: the diagnostics are retrospective.summarise_cells', the policy
+Nothing is computed twice: the diagnostics are retro_cells.summarise_cells', the policy
 metrics policies.audit's, the compatibility counts policies.features.compatibility_summary's.
 """
 

@@ -255,15 +255,7 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
                "strict) for the initial parent and every promoted child; the table lists every metric."),
         Table(header, rows)]))
     out.append(Section("CapTrack heat map", _heatmap(rd, inputs.captrack_drift)))
-    initial = _results(rd, manifest.initial.sha256, "adoption") or {}
-    base = dict(initial["ifeval"].metrics) if "ifeval" in initial else {}
-    points, drop = ifeval_points(events), manifest.gate.ifeval_max_drop_pp
-    guard_rows = [[p["seq"], p["candidate"], ", ".join(f"{k}={v:.1f}" for k, v in sorted(p.items())
-                                                         if isinstance(v, float)), p["outcome"]] for p in points]
-    out.append(Section("IFEval guard over time", [
-        Figure("ifeval-guard", ifeval_chart(points, base, drop), f"IFEval strict accuracies of each child the gate "
-               f"judged; a child more than {drop:g} pp below the initial parent fails the non-compensable guard."),
-        Table(["seq", "candidate", "values", "outcome"], guard_rows or [["–", "no child was evaluated", "", ""]])]))
+    out.append(_ifeval_section(rd, manifest, events))
     noise = noise_rows(_judged(rd, events))
     out.append(Section("Gate checks beside the noise (paired, by item id)", [
         "Paired Δ: mean per-item change in correctness (pp) against the initial parent (the target: against "
@@ -272,6 +264,19 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
         Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
     out.append(time_section(ledger.charges(rd.episode_id), inputs.wall_seconds))
     return out
+
+
+def _ifeval_section(rd: RunDir, manifest: Manifest, events: list[Event]) -> Section:
+    """Each judged child's IFEval strict accuracies against the initial parent and the guard."""
+    initial = _results(rd, manifest.initial.sha256, "adoption") or {}
+    base = dict(initial["ifeval"].metrics) if "ifeval" in initial else {}
+    points, drop = ifeval_points(events), manifest.gate.ifeval_max_drop_pp
+    guard_rows = [[p["seq"], p["candidate"], ", ".join(f"{k}={v:.1f}" for k, v in sorted(p.items())
+                                                         if isinstance(v, float)), p["outcome"]] for p in points]
+    return Section("IFEval guard over time", [
+        Figure("ifeval-guard", ifeval_chart(points, base, drop), f"IFEval strict accuracies of each child the gate "
+               f"judged; a child more than {drop:g} pp below the initial parent fails the non-compensable guard."),
+        Table(["seq", "candidate", "values", "outcome"], guard_rows or [["–", "no child was evaluated", "", ""]])])
 
 
 TIME_SECTION = "Where the wall-clock went"
