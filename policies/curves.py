@@ -1,0 +1,99 @@
+"""Paired runs: a short run's curve beside the full run of the same card, seed and world.
+
+The one record the Validate predictors learn from and are scored on (issue 27): the forgetting
+extrapolation (how a retention change grows with steps) and the learned go/no-go. A paired run
+comes from one seed of one executed Retrospective cell (agent/experiments/retrospective.py,
+`cells/<id>/s<seed>/cell.json`): its short runs at 5 %, 10 % and 20 % of the nominal steps and
+its full run, every value an effect in pp against the matched control trained the same way.
+The outcome class is policies.outcomes' rule on the full run, never a copy of it.
+
+Card fields (adapter, learning rate, steps, replay share) come from the card where it is given;
+a cell read without its card (an older ledger) leaves them None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+import json
+
+from experience_bank.errors import BadInput
+from experience_bank.records import CandidateCard, Frozen
+from policies.outcomes import OutcomeClass, outcome_class
+
+RETENTION = ("ifeval.prompt_strict", "ifeval.inst_strict")
+"""The retention metrics a curve carries (IFEval strict, prompt and instruction level)."""
+
+
+class CurvePoint(Frozen):
+    fraction: float
+    """Share of the card's nominal steps the run had taken (1.0: the full run)."""
+    target_pp: float
+    """Target effect (pp) against the matched control at the same share."""
+    retention_pp: dict[str, float]
+    """Retention effects (pp) by metric (RETENTION) against the matched control."""
+    hard_failure: bool = False
+    """A training sanity check failed on this run."""
+
+
+class PairedRun(Frozen):
+    card_id: str
+    family: str
+    method: str
+    seed: int
+    """The training seed."""
+    world_seed: int
+    curve: tuple[CurvePoint, ...]
+    """The short runs, ascending in fraction (each at most 0.2)."""
+    full: CurvePoint
+    """The full run (fraction 1.0)."""
+    adapter: str | None = None
+    """`full` or `lora`; None where the card was not at hand."""
+    learning_rate: float | None = None
+    nominal_steps: int | None = None
+    replay_share: float | None = None
+
+    def outcome(self, *, band: float, ifeval_drop_pp: float) -> OutcomeClass:
+        """The full run's class (policies.outcomes.outcome_class, the one rule)."""
+        r = self.full.retention_pp
+        return outcome_class(self.full.target_pp, r["ifeval.prompt_strict"], r["ifeval.inst_strict"], band=band,
+                             ifeval_drop_pp=ifeval_drop_pp, hard_failure=self.full.hard_failure)
+
+
+def _point(fraction: float, effect: Mapping) -> CurvePoint:
+    return CurvePoint(fraction=float(fraction), target_pp=float(effect["target"]),
+                      retention_pp={f"ifeval.{m}": float(v) for m, v in sorted(effect["ifeval"].items())},
+                      hard_failure=bool(effect.get("sanity_failures")))
+
+
+def paired_run(cell: Mapping, *, world_seed: int, card: CandidateCard | None = None) -> PairedRun:
+    """One seed of one executed cell (its cell.json dict) as a paired run."""
+    try:
+        curve = tuple(sorted((_point(float(f), e) for f, e in cell["short"].items()), key=lambda p: p.fraction))
+        full = _point(1.0, cell["full"])
+        fields = dict(card_id=cell["id"], family=cell["family"], method=cell["method"], seed=int(cell.get("seed", 0)),
+                      world_seed=world_seed, curve=curve, full=full)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(f"cell {cell.get('id', '?')!r} is not an executed retrospective cell ({exc!r}): "
+                       "pass the cell.json files of `agent retrospective --execute`") from exc
+    if card is not None:
+        fields |= dict(adapter=card.adapter.kind, learning_rate=card.hparams.learning_rate,
+                       nominal_steps=card.budget.steps, replay_share=card.data.replay_share)
+    return PairedRun(**fields)
+
+
+def seed_cells(out: str | Path) -> Iterable[dict]:
+    """Every finished per-seed cell of an executed retrospective directory (cells/<id>/s<seed>/cell.json)."""
+    root = Path(out) / "cells"
+    if not root.is_dir():
+        raise BadInput(f"{out} has no cells/ folder: pass the --out directory of `agent retrospective --execute`")
+    for path in sorted(root.glob("*/s*/cell.json")):
+        yield json.loads(path.read_text(encoding="utf-8"))
+
+
+def paired_runs(out: str | Path, *, cards: Mapping[str, CandidateCard] | None = None) -> list[PairedRun]:
+    """The paired runs of one executed retrospective directory; its world seed from its ledger.json."""
+    ledger = Path(out) / "ledger.json"
+    world_seed = int(json.loads(ledger.read_text()).get("world_seed", 0)) if ledger.is_file() else 0
+    cards = cards or {}
+    return [paired_run(c, world_seed=world_seed, card=cards.get(c["id"])) for c in seed_cells(out)]
