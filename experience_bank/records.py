@@ -277,6 +277,22 @@ class Applicability(Frozen):
 # --- evidence and provenance -----------------------------------------------------------
 
 
+TrialCurve = dict[str, dict[str, float]]
+"""A bounded trial's curve in a bank record: its share of the nominal steps (`0.05`, `0.10`,
+`0.20`) -> {`target`: Delta_val in pp, each retention metric: pp vs the initial parent}
+(experience_bank.results.TrialResult.curve_table). Serialised only where non-empty, so records
+and events written before it existed keep their bytes and hashes."""
+
+
+def _omit_empty(field: str):
+    def omit(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and not data.get(field):
+            data.pop(field, None)
+        return data
+    return omit
+
+
 class RetentionEffect(Frozen):
     metric: Ident
     """Retention metric, e.g. `ifeval.prompt_strict`."""
@@ -303,6 +319,10 @@ class SourceEvidence(Frozen):
     """Retention effects seen alongside."""
     replicates: Annotated[int, Field(ge=1)]
     """Number of replicates behind the evidence."""
+    trial_curve: TrialCurve = {}
+    """The bounded trial's curve where one ran (an episode's observation); see TrialCurve."""
+
+    _omit_empty_curve = model_serializer(mode="wrap")(_omit_empty("trial_curve"))
 
     @model_validator(mode="after")
     def _chi_iff_a(self) -> "SourceEvidence":
@@ -477,6 +497,8 @@ class Event(Frozen):
     """The part of cost_device_hours that the trial and its evaluation were charged."""
     trial_retention: dict[str, float] = {}
     """The trial's IFEval effects vs the initial parent on validation (pp), where measured."""
+    trial_curve: TrialCurve = {}
+    """The trial's curve (TrialCurve), where it ran and recorded one."""
     target_metric: str | None = None
     """The card's target metric key (`<family>/target.<metric>`), where a full run was judged."""
     target_gain: float | None = None
@@ -489,6 +511,8 @@ class Event(Frozen):
     """Whether a full run happened after the decision (None for a rejection)."""
     refused: Annotated[str, Field(max_length=500)] | None = None
     """Why a trial or full run that the decision allowed was not started (budget, no bounded trial)."""
+
+    _omit_empty_curve = model_serializer(mode="wrap")(_omit_empty("trial_curve"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "Event":

@@ -106,6 +106,21 @@ def _steps_after_prefix(data: dict) -> int:
     return data["steps"] - int(data["log"].get("continued_from_step", 0.0))
 
 
+class Snapshot(Frozen):
+    """A model saved part-way through a trial (the points of its curve)."""
+
+    step: Annotated[int, Field(ge=1)]
+    """Optimizer step it was saved at."""
+    fraction: Annotated[float, Field(gt=0.0, le=1.0)]
+    """The share of the nominal steps it stands for (trainers.steps.curve_steps)."""
+    path: str
+    """Its model directory (merged when LoRA), relative to the run's checkpoint directory."""
+    sha256: Sha256
+    """Hash of its weights."""
+    log: dict[str, float] = {}
+    """Training loss and gradient norm logged at that step, where finite."""
+
+
 class TrainResult(Frozen):
     """A finished TRL run or trial."""
 
@@ -143,12 +158,32 @@ class TrainResult(Frozen):
     """True for trial checkpoints."""
     resumed_from: str | None = None
     """Checkpoint it continued from (nu = continue), if any."""
+    snapshots: tuple[Snapshot, ...] = ()
+    """Models saved before the last step (a trial's curve), ascending in step."""
 
     @model_validator(mode="after")
     def _steps_agree(self):
         if self.steps_run > self.steps or (self.nominal_steps is not None and self.steps > self.nominal_steps):
             raise ValueError(f"steps_run {self.steps_run} <= steps {self.steps} <= nominal_steps {self.nominal_steps} must hold")
         return self
+
+
+class TrialPoint(Frozen):
+    """One point of a trial's curve: the trial's measurement of the model at that share."""
+
+    fraction: Annotated[float, Field(gt=0.0, le=1.0)]
+    """Share of the card's nominal steps."""
+    step: Annotated[int, Field(ge=1)]
+    """Optimizer step."""
+    delta_val: float
+    """Target change vs the parent on validation (pp)."""
+    retention_deltas: dict[str, float]
+    """Retention metric changes vs the initial parent (pp)."""
+    hard_failures: tuple[str, ...] = ()
+    """Format / parse / execution failures of this model's measurement."""
+    metrics: dict[str, float] = {}
+    """Every metric of this model's validation evaluation (`suite.metric`; CapTrack groups included
+    where the run evaluates them), and the training loss and gradient norm at that step."""
 
 
 class TrialResult(Frozen):
@@ -164,10 +199,17 @@ class TrialResult(Frozen):
     """Which conditions fired."""
     train: TrainResult
     """The trial run (never promotable)."""
+    curve: tuple[TrialPoint, ...] = ()
+    """The trial measured at each of its snapshots and at its end (ascending in fraction; the
+    last point is delta_val and retention_deltas). Empty in trials from before 2 Dec 2026."""
     paired_se_pp: dict[str, float | None] = {}
     """Standard error (pp) of each delta, paired by item id as the gate's checks
     (policies.gate.trial_paired_se): `target` for delta_val, the retention suite's name (`ifeval`)
     for its strict deltas. Empty where the items were not at hand (a trial from before this field)."""
+
+    def curve_table(self) -> dict[str, dict[str, float]]:
+        """The curve as the bank keeps it (experience_bank.records.TrialCurve)."""
+        return {f"{p.fraction:.2f}": {"target": p.delta_val, **p.retention_deltas} for p in self.curve}
 
 
 class GateCheck(Frozen):

@@ -8,6 +8,7 @@ import pytest
 
 from experience_bank.errors import BadInput
 from test_train_world import build_parent, card, grpo_examples, has_three_reward, sft_examples
+from trainers import checkpoint as ckpt
 from trainers.ledger import CostModel, Ledger
 from trainers.run import train
 from trainers.steps import TrialRefused, trial_steps
@@ -77,7 +78,12 @@ def test_continue_trial_plus_full_run_equals_an_uninterrupted_run(tmp_path):
 
     t = trial(c, str(parent), data, out_dir=str(tmp_path / "trial"), run_key="t", measure=measure, thresholds=T)
     assert t.verdict == "pass" and t.train.never_promotable and t.train.steps == 4  # 0.2 * 20
-    assert seen == [t.train.checkpoint]
+    # the curve: 5 % and 10 % of 20 steps (steps 1 and 2) measured from their snapshots, then the trial's end
+    snaps = [f"{t.train.checkpoint}/curve/step-{k}" for k in (1, 2)]
+    assert seen == [*snaps, t.train.checkpoint]
+    assert [(p.fraction, p.step) for p in t.curve] == [(0.05, 1), (0.10, 2), (0.2, 4)]
+    assert [p.delta_val for p in t.curve] == [1.5, 1.5, 1.5] and set(t.curve[0].metrics) == {"train.loss", "train.grad_norm"}
+    assert all(ckpt.weights_sha256(s) != t.train.checkpoint_sha256 for s in snaps)
     assert trial(c, str(parent), data, out_dir=str(tmp_path / "trial"), run_key="t", measure=None, thresholds=T) == t
 
     full = train(c, str(parent), data, out_dir=str(tmp_path / "full"), run_key="f", resume_from=t.train.checkpoint)
@@ -91,6 +97,8 @@ def test_continue_trial_plus_full_run_equals_an_uninterrupted_run(tmp_path):
     assert charged == pytest.approx([0.4, 1.6]) and sum(charged) == pytest.approx(cost.run_charge(c, once))
     # the schedule is the full run's: the last learning rate of both runs is the same
     assert full.log["learning_rate"] == pytest.approx(once.log["learning_rate"])
+    # saving the curve's snapshots left the training untouched: continued = uninterrupted, bit for bit
+    assert full.checkpoint_sha256 == once.checkpoint_sha256
 
 
 def test_a_restart_trial_cannot_be_continued_and_nu_none_has_no_trial(tmp_path):
@@ -106,3 +114,34 @@ def test_a_restart_trial_cannot_be_continued_and_nu_none_has_no_trial(tmp_path):
     with pytest.raises(BadInput, match="trial fraction"):
         trial(c, str(parent), sft_examples(8), out_dir=str(tmp_path / "n"), run_key="n", measure=None,
               thresholds=T, fraction=0.5)
+
+
+def test_a_lora_trials_snapshots_are_merged_models_between_parent_and_trial(tmp_path):
+    """Each snapshot loads as a plain model (the adapter merged in a copy), differs from the parent
+    and from the trial's end, and the trial's own child is what it would be without snapshots."""
+    from transformers import AutoModelForCausalLM
+
+    parent = build_parent(tmp_path / "parent")
+    c, data = card("sft", steps=20, nu="restart", lora=True, lr=1e-2), sft_examples(64)
+    t = trial(c, str(parent), data, out_dir=str(tmp_path / "t"), run_key="t", measure=lambda _: (0.0, {}, []),
+              thresholds=T)
+    plain = train(c, str(parent), data, out_dir=str(tmp_path / "plain"), run_key="p", fraction=0.2)
+    assert [s.step for s in t.train.snapshots] == [1, 2] and plain.snapshots == ()
+    assert t.train.checkpoint_sha256 == plain.checkpoint_sha256
+    hashes = {ckpt.weights_sha256(f"{t.train.checkpoint}/{s.path}") for s in t.train.snapshots}
+    assert len(hashes | {ckpt.weights_sha256(parent), t.train.checkpoint_sha256}) == 4
+    snap = AutoModelForCausalLM.from_pretrained(f"{t.train.checkpoint}/{t.train.snapshots[0].path}", use_safetensors=True)
+    assert not any("lora" in name for name, _ in snap.named_parameters())
+
+
+@pytest.mark.parametrize(("steps", "fraction", "points"), [
+    (120, 0.2, ((0.05, 6), (0.10, 12))),   # the default SFT card: 6 and 12 before the trial's 24
+    (64, 0.2, ((0.05, 3), (0.10, 6))),     # GRPO 64 steps: 3, 6 before 12
+    (10, 0.2, ((0.10, 1),)),               # 5 % is under one step; 10 % is step 1 of 2
+    (5, 0.2, ()),                          # the trial is one step: no point before it
+    (120, 0.1, ((0.05, 6),)),              # a 10 % trial has only the 5 % point before it
+])
+def test_curve_steps_are_the_floor_of_each_share_before_the_trials_end(steps, fraction, points):
+    from trainers.steps import curve_steps
+
+    assert curve_steps(card("sft", steps=steps), fraction) == points

@@ -46,7 +46,7 @@ class MeasuringPorts(FakePorts):
         from experience_bank.results import TrialResult
 
         run = self._train(card, parent_dir, out_dir, run_key, 0.0, "trial")
-        delta, ret, hard = measure(run.checkpoint)
+        delta, ret, hard, _ = measure(run.checkpoint)
         label, reasons = verdict(delta, ret, hard, T)
         return TrialResult(verdict=label, delta_val=delta, retention_deltas=ret, reasons=reasons, train=run)
 

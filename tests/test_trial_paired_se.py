@@ -41,7 +41,7 @@ class ItemPorts(FakePorts):
 
     def trial(self, card, parent_dir, out_dir, run_key, measure):
         run = self._train(card, parent_dir, out_dir, run_key, 1.0, "trial")
-        delta, ret, hard = measure(run.checkpoint)
+        delta, ret, hard, _ = measure(run.checkpoint)
         label, reasons = verdict(delta, ret, hard, TrialThresholds(min_gain_pp=1.0, fail_drop_pp=2.0, retention_drop_pp=2.0))
         return TrialResult(verdict=label, delta_val=delta, retention_deltas=ret, reasons=reasons, train=run)
 

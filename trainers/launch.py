@@ -78,7 +78,7 @@ def command(spec: LaunchSpec, args: Sequence[str]) -> list[str]:
 
 def train_launched(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
                    fraction: float, resume_from: str | None, seed: int, threads: int | None,
-                   spec: LaunchSpec) -> TrainResult:
+                   spec: LaunchSpec, snapshots: Sequence[tuple[float, int]] = ()) -> TrainResult:
     """Launch the run, wait for it, and read its published TrainResult."""
     from trainers import checkpoint as ckpt
 
@@ -95,6 +95,7 @@ def train_launched(card: CandidateCard, parent_dir: str, examples: Sequence[dict
             "--examples", str(io / "examples.jsonl")]
     args += ["--resume-from", str(resume_from)] if resume_from else []
     args += ["--threads", str(threads)] if threads else []
+    args += ["--snapshots", ",".join(f"{f!r}:{s}" for f, s in snapshots)] if snapshots else []
     proc = subprocess.run(command(spec, args), capture_output=True, text=True, check=False)
     result = ckpt.read_result(out)
     if proc.returncode != 0 or result is None:

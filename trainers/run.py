@@ -23,6 +23,7 @@ copied into out_dir and its result re-anchored there, with this run's run_key.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -31,12 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback, set_seed
 
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.records import CandidateCard
-from experience_bank.results import TrainResult
+from experience_bank.results import Snapshot, TrainResult
 from trainers import checkpoint as ckpt
 from trainers import grpo, sft
 from trainers.sanity import run_checks
@@ -61,6 +62,44 @@ class _StopAt(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class _Snapshots(TrainerCallback):
+    """Saves the model at the given steps (a trial's curve) into <work>/curve/step-N, merged when
+    LoRA, so each is a model directory the evaluators load. In the work dir, so that a crash
+    resume keeps the ones already saved; a step before the resume point is not saved again."""
+
+    def __init__(self, steps: Sequence[int], work: Path, tokenizer):
+        self.steps, self.work, self.tokenizer = set(steps), work, tokenizer
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step in self.steps and state.is_world_process_zero:
+            dest = snapshot_dir(self.work, state.global_step)
+            if not (dest / _SNAPSHOT_DONE).is_file():
+                _save_merged(model, self.tokenizer, dest)
+        return control
+
+
+_SNAPSHOT_DONE = "snapshot.complete"
+
+
+def snapshot_dir(root: Path, step: int) -> Path:
+    """Where the snapshot of `step` lives under a work or run directory (the one layout)."""
+    return root / "curve" / f"step-{step}"
+
+
+def _save_merged(model, tokenizer, dest: Path) -> None:
+    """A loadable model directory of the model as it is now, written atomically; the training
+    model is untouched (a LoRA model is merged in a copy)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if hasattr(model, "merge_and_unload"):
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / _SNAPSHOT_DONE).touch()  # a crash can cut a snapshot short: only a marked one is used
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
 
 
 def _common_args(card: CandidateCard, work: Path, schedule: int, seed: int) -> dict:
@@ -205,7 +244,7 @@ def _libraries() -> dict[str, str]:
 
 def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, fraction: float,
                   reward_funcs: Mapping[str, Callable] | None, resume_from: str | None, seed: int,
-                  threads: int | None, launch) -> dict:
+                  threads: int | None, launch, snapshots: Sequence[int] = ()) -> dict:
     """Everything a run's result depends on (the run cache's key; the run key is not in it:
     it names the request, not its content)."""
     from experience_bank.hashing import content_hash
@@ -218,7 +257,7 @@ def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict]
                   "state": content_hash(json.loads((state / "trainer_state.json").read_text()))}
     return {"kind": "train", "card": card.content_hash(), "parent": ckpt.model_identity(parent_dir),
             "examples": content_hash(list(examples)), "fraction": float(fraction), "seed": seed,
-            "rewards": sorted(reward_funcs or {}), "prefix": prefix,
+            "rewards": sorted(reward_funcs or {}), "prefix": prefix, "snapshots": sorted(snapshots),
             "threads": threads or torch.get_num_threads(),
             "launch": None if launch is None else {k: str(v) for k, v in sorted(vars(launch).items())},
             # a GRPO run's result also depends on its reward functions' code (evaluators/)
@@ -248,29 +287,33 @@ def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> Trai
 def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out_dir: str, run_key: str,
           fraction: float = 1.0, reward_funcs: Mapping[str, Callable] | None = None, resume_from: str | None = None,
           seed: int = 0, threads: int | None = None, progress: Progress | None = None,
-          launch=None, cache=None) -> TrainResult:
+          launch=None, cache=None, snapshots: Sequence[tuple[float, int]] = ()) -> TrainResult:
     """Run (or resume, or return the finished, or serve the cached) TRL run of `card` from `parent_dir`.
 
     A failed sanity check does not raise: it is recorded in `result.sanity` (hard failure).
     `launch` (a trainers.launch.LaunchSpec): run it under `accelerate launch` instead, in
     processes that call this function (with their own reward functions, by name).
     `cache` (experience_bank.runcache.RunCache): serve a run of the same content from it.
+    `snapshots`: (share, step) pairs (trainers.steps.curve_steps) at which the model is also saved,
+    as result.snapshots, for a trial's curve.
     """
     out = Path(out_dir).resolve()
     if threads:  # before the cache: a served run leaves the process as a trained one would
         torch.set_num_threads(threads)
     if cache is not None and ckpt.read_result(out) is None:
         key = run_cache_key(card, parent_dir, examples, fraction=fraction, reward_funcs=reward_funcs,
-                            resume_from=resume_from, seed=seed, threads=threads, launch=launch)
+                            resume_from=resume_from, seed=seed, threads=threads, launch=launch,
+                            snapshots=[s for _, s in snapshots])
         return cache.run(key, out, lambda: train(card, parent_dir, examples, out_dir=out_dir, run_key=run_key,
                                                  fraction=fraction, reward_funcs=reward_funcs, resume_from=resume_from,
-                                                 seed=seed, threads=threads, progress=progress, launch=launch),
+                                                 seed=seed, threads=threads, progress=progress, launch=launch,
+                                                 snapshots=snapshots),
                          dump=lambda r: r.model_dump_json(), load=lambda text, d: _served(text, d, run_key, resume_from))
     if launch is not None:
         from trainers.launch import train_launched
 
         return train_launched(card, parent_dir, examples, out_dir=out_dir, run_key=run_key, fraction=fraction,
-                              resume_from=resume_from, seed=seed, threads=threads, spec=launch)
+                              resume_from=resume_from, seed=seed, threads=threads, spec=launch, snapshots=snapshots)
     done = ckpt.read_result(out)
     if done is not None:
         if done.run_key != run_key:
@@ -283,22 +326,30 @@ def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
     resumed_step = json.loads((start / "trainer_state.json").read_text())["global_step"] if start else 0
 
     t0 = time.perf_counter()
+    set_seed(seed)  # LoRA's initial A matrices are drawn here, before the Trainer seeds: same key, same run
     model, tokenizer = _load(card, parent_dir)
     trainer = _trainer(card, model, tokenizer, examples, reward_funcs, _common_args(card, work, schedule, seed),
-                       [_StopAt(stop_at, progress)])
+                       [_StopAt(stop_at, progress), _Snapshots([s for _, s in snapshots], work, tokenizer)])
     trainer.remove_callback(PrinterCallback)  # logs go to log_history and the result, not stdout
     trainer.train(resume_from_checkpoint=str(start) if start else None)
     wall = time.perf_counter() - t0
 
     if trainer.is_world_process_zero():
         _publish(trainer, tokenizer, card, parent_dir, out, work, run_key=run_key, fraction=fraction, wall=wall,
-                 resumed_step=resumed_step, resume_from=resume_from)
+                 resumed_step=resumed_step, resume_from=resume_from, snapshots=snapshots)
     trainer.accelerator.wait_for_everyone()
     return ckpt.read_result(out)
 
 
+def _step_log(history: list[dict], step: int) -> dict[str, float]:
+    """Loss and gradient norm logged at `step`, where finite."""
+    logged = [h for h in history if h.get("step") == step]
+    return {k: float(h[k]) for h in logged for k in ("loss", "grad_norm")
+            if k in h and math.isfinite(float(h[k]))}
+
+
 def _publish(trainer, tokenizer, card, parent_dir, out: Path, work: Path, *, run_key, fraction, wall,
-             resumed_step, resume_from) -> None:
+             resumed_step, resume_from, snapshots=()) -> None:
     """Stage the child, its checks and result, rename it into place, drop the work dir."""
     ckpt.discard_stale_staging(out)
     stage = ckpt.staging_dir(out)
@@ -307,6 +358,14 @@ def _publish(trainer, tokenizer, card, parent_dir, out: Path, work: Path, *, run
     if trial:  # keep the optimizer/scheduler/rng state so nu = continue can resume it
         shutil.copytree(ckpt.last_trainer_checkpoint(work), stage / ckpt.STATE_DIR)
     history = trainer.state.log_history
+    saved = []
+    for share, step in snapshots:
+        src = snapshot_dir(work, step)
+        if not (src / _SNAPSHOT_DONE).is_file():
+            raise RuntimeError(f"run {run_key}: the snapshot of step {step} was not saved (did the run start after it?)")
+        shutil.copytree(src, snapshot_dir(stage, step), ignore=shutil.ignore_patterns(_SNAPSHOT_DONE))
+        saved.append(Snapshot(step=step, fraction=share, path=str(snapshot_dir(Path("."), step)),
+                              sha256=ckpt.weights_sha256(src), log=_step_log(history, step)))
     prefix = _trial_prefix(resume_from)
     log, tokens = _final_log(history, card.method, resumed_step, prefix)
     result = TrainResult(
@@ -315,7 +374,7 @@ def _publish(trainer, tokenizer, card, parent_dir, out: Path, work: Path, *, run
         adapter_dir=str(out / adapter) if adapter else None, steps=trainer.state.global_step,
         steps_run=trainer.state.global_step - prefix, nominal_steps=card.budget.steps, fraction=fraction, wall_seconds=wall, train_tokens=tokens, log=log,
         sanity=run_checks(card.method, history, parent_dir, str(stage)),
-        never_promotable=trial, resumed_from=str(resume_from) if resume_from else None,
+        never_promotable=trial, resumed_from=str(resume_from) if resume_from else None, snapshots=tuple(saved),
     )
     (stage / ckpt.RESULT_FILE).write_text(result.model_dump_json(indent=2))
     ckpt.publish(stage, out)

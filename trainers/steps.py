@@ -62,3 +62,20 @@ def plan_steps(card: CandidateCard, fraction: float) -> tuple[int, int]:
     stop_at = share_steps(card, fraction)
     schedule = nominal if (card.nu == "continue" or fraction == 1.0) else stop_at
     return schedule, stop_at
+
+
+CURVE_FRACTIONS = (0.05, 0.10)
+"""Where a trial is measured before its end (issue 27): its curve is these shares and its own."""
+
+
+def curve_steps(card: CandidateCard, fraction: float = MAX_TRIAL_FRACTION) -> tuple[tuple[float, int], ...]:
+    """(share, step) of each point a trial at `fraction` is measured at before its last step:
+    the floor of each CURVE_FRACTIONS share under `fraction`, where that is at least one step and
+    before the trial's own last step (a short card has fewer points, none if its shares coincide)."""
+    last = trial_steps(card, fraction)
+    points: dict[int, float] = {}
+    for f in CURVE_FRACTIONS:
+        step = math.floor(f * card.budget.steps + _ROUND_OFF)
+        if f < fraction and 1 <= step < last:
+            points.setdefault(step, f)
+    return tuple((f, s) for s, f in sorted(points.items()))

@@ -15,6 +15,11 @@ frozen thresholds:
 
 The trial checkpoint is never promotable (TrainResult.never_promotable is set for any run
 with fraction < 1).
+
+The curve (issue 27): the run also saves the model at trainers.steps.curve_steps (5 % and 10 %
+of the nominal steps), and `measure` reads each of them before the trial's own checkpoint, so
+TrialResult.curve holds the same measurement at every point, with the loss and gradient norm
+logged at its step. The verdict is still the last point's.
 """
 
 from __future__ import annotations
@@ -23,17 +28,39 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard
-from experience_bank.results import SuiteResult, TrainResult, TrialResult
+from experience_bank.results import SuiteResult, TrainResult, TrialPoint, TrialResult
 from trainers.run import train
 from trainers.sanity import failed_checks
-from trainers.steps import MAX_TRIAL_FRACTION, trial_steps
+from trainers.steps import MAX_TRIAL_FRACTION, curve_steps, trial_steps
 
 TRIAL_FILE = "trial.json"
-Measure = Callable[[str], tuple[float, Mapping[str, float], Sequence[str]]]
+
+
+class Reading(NamedTuple):
+    """What `measure` says of one checkpoint."""
+
+    delta_val: float
+    retention: Mapping[str, float]
+    hard: Sequence[str]
+    metrics: Mapping[str, float] = {}
+    """Every metric of the model's evaluation (`suite.metric`), where the caller has them."""
+
+
+Measure = Callable[[str], "Reading | tuple"]
+"""checkpoint dir -> Reading (or its first three fields as a tuple)."""
+
+
+def _point(reading: Reading, fraction: float, step: int, log: Mapping[str, float]) -> TrialPoint:
+    metrics = {k: float(v) for k, v in reading.metrics.items()} | {f"train.{k}": float(v) for k, v in log.items()
+                                                                    if k in ("loss", "grad_norm")}
+    return TrialPoint(fraction=fraction, step=step, delta_val=float(reading.delta_val),
+                      retention_deltas={k: float(v) for k, v in reading.retention.items()},
+                      hard_failures=tuple(reading.hard), metrics=metrics)
 
 
 @dataclass(frozen=True)
@@ -83,11 +110,17 @@ def trial(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
         if done.train.run_key == run_key:
             return done
     run: TrainResult = train(card, parent_dir, examples, out_dir=out_dir, run_key=run_key, fraction=fraction,
-                             reward_funcs=reward_funcs, seed=seed, threads=threads, launch=launch, cache=cache)
-    delta_val, retention, hard = measure(run.checkpoint)
-    label, reasons = verdict(delta_val, retention, hard, thresholds, failed_checks(run))
-    result = TrialResult(verdict=label, delta_val=float(delta_val), retention_deltas={k: float(v) for k, v in retention.items()},
-                         reasons=reasons, train=run)
+                             reward_funcs=reward_funcs, seed=seed, threads=threads, launch=launch, cache=cache,
+                             snapshots=curve_steps(card, fraction))
+    # the snapshots first: the last model measured is the trial's own (callers keep its results)
+    curve = [_point(Reading(*measure(str(Path(run.checkpoint) / s.path))), s.fraction, s.step, s.log)
+             for s in run.snapshots]
+    end = Reading(*measure(run.checkpoint))
+    curve.append(_point(end, fraction, run.steps, run.log))
+    label, reasons = verdict(end.delta_val, end.retention, end.hard, thresholds, failed_checks(run))
+    result = TrialResult(verdict=label, delta_val=float(end.delta_val),
+                         retention_deltas={k: float(v) for k, v in end.retention.items()},
+                         reasons=reasons, train=run, curve=tuple(curve))
     write_atomic(saved, result.model_dump_json(indent=2))  # a crash leaves the trial unmeasured, never half-written
     return result
 

@@ -41,7 +41,25 @@ def register(sub) -> None:
     p.add_argument("--examples", default=None, metavar="ROWS.jsonl",
                    help="the exact training rows (as the loop writes them for `launcher: accelerate`)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--snapshots", default=None, metavar="SHARE:STEP,...",
+                   help="also save the model at these steps, e.g. 0.05:6,0.1:12 (a trial's curve; default: none)")
     p.set_defaults(func=cmd_train)
+
+
+def parse_snapshots(text: str | None) -> tuple[tuple[float, int], ...]:
+    """`0.05:6,0.1:12` -> ((0.05, 6), (0.1, 12)); BadInput naming the bad part."""
+    if not text:
+        return ()
+    points = []
+    for part in text.split(","):
+        share, _, step = part.partition(":")
+        try:
+            points.append((float(share), int(step)))
+        except ValueError:
+            raise BadInput(f"--snapshots part {part!r} is not SHARE:STEP: pass e.g. 0.05:6,0.1:12") from None
+        if not (0 < points[-1][0] <= 1 and points[-1][1] >= 1):
+            raise BadInput(f"--snapshots part {part!r}: the share must be in (0, 1] and the step at least 1")
+    return tuple(points)
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -85,6 +103,7 @@ def cmd_train(args) -> int:
     from trainers.run import train  # noqa: PLC0415 (torch)
 
     card = check_inputs(args)
+    snapshots = parse_snapshots(args.snapshots)
     if args.examples:  # rows already built by the loop (trainers/launch.py)
         examples = read_jsonl(args.examples, "--examples file")
     elif args.data:
@@ -94,7 +113,8 @@ def cmd_train(args) -> int:
         examples = card_examples(card, args.world_seed, args.seed, generate=gen)
     key = args.run_key or f"{card.id}-f{args.fraction:g}-s{args.seed}"
     result = train(card, args.parent, examples, out_dir=args.out, run_key=key, fraction=args.fraction,
-                   reward_funcs=card_rewards(card), resume_from=args.resume_from, seed=args.seed, threads=args.threads)
+                   reward_funcs=card_rewards(card), resume_from=args.resume_from, seed=args.seed, threads=args.threads,
+                   snapshots=snapshots)
     print(json.dumps(json.loads(result.model_dump_json()), indent=2))
     return 0
 

@@ -31,8 +31,8 @@ from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from policies.gate import trial_paired_se
-from trainers.steps import TrialRefused
-from trainers.trial import measurement
+from trainers.steps import TrialRefused, curve_steps
+from trainers.trial import Reading, measurement
 from agent.loop.approval import hold
 from agent.loop.state import Ctx, State
 from agent.run.approvals import why
@@ -191,10 +191,12 @@ def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict,
         child = _evaluation(ctx, checkpoint, ctx.ports.model_sha(checkpoint), "validation")
         if seen is not None:
             seen["child"] = child
-        return measurement(child, parent_val, initial_val, target=target_metric(card.family),
-                           retention=(f"{g.ifeval_suite}.{g.ifeval_prompt_metric}",
-                                      f"{g.ifeval_suite}.{g.ifeval_instruction_metric}"),
-                           max_unparseable_share=g.max_unparseable_share)
+        delta, retention, hard = measurement(child, parent_val, initial_val, target=target_metric(card.family),
+                                             retention=(f"{g.ifeval_suite}.{g.ifeval_prompt_metric}",
+                                                        f"{g.ifeval_suite}.{g.ifeval_instruction_metric}"),
+                                             max_unparseable_share=g.max_unparseable_share)
+        metrics = {f"{s}.{k}": v for s, r in child.items() for k, v in r.metrics.items() if v is not None}
+        return Reading(delta, retention, hard, metrics)
     return measure
 
 
@@ -208,8 +210,9 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         trial_h = ctx.cost.estimate_trial(card, fraction)
     except TrialRefused as exc:  # no bounded trial exists for this card: a Fail that never ran
         return _after_verdict(ctx, state, "fail", f"trial refused: {exc.reason}", refused=exc.reason)
-    estimate = trial_h + ctx.cost.estimate_eval(1) + _evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
-                                                                   "validation")
+    models = 1 + len(curve_steps(card, fraction))  # the trial's end and its curve's snapshots
+    estimate = trial_h + ctx.cost.estimate_eval(models) + _evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
+                                                                        "validation")
     if not ctx.rundir.trial_file(dh).exists() and not _fits(ctx, estimate):
         return {"trial_verdict": "not_started", "decided_by": "budget: the trial does not fit", "proceed": False,
                 "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
@@ -312,12 +315,15 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
     """The typed Event fields of one decision that ran, read from its step files and the ledger."""
     rd, dh, card = ctx.rundir, decision.decision_hash, _card(ctx, state)
     trial, run, verdict = rd.trial(dh), rd.train(dh), rd.verdict(dh)
-    trial_keys = [f"{dh}:trial"] + ([f"eval:{trial.train.checkpoint_sha256}:validation"] if trial else [])
+    trial_keys = [f"{dh}:trial"] + ([f"eval:{sha}:validation" for sha in (*(s.sha256 for s in trial.train.snapshots),
+                                                                          trial.train.checkpoint_sha256)]
+                                     if trial else [])
     keys, out, artefacts = trial_keys + [f"{dh}:train"], {}, []
     if trial:
         artefacts.append(trial.train.checkpoint)
         out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
-                                                                    trial.retention_deltas.items()}}
+                                                                    trial.retention_deltas.items()},
+                "trial_curve": trial.curve_table()}
     if run:
         artefacts.append(run.checkpoint)
     metrics: dict[str, float] = {}

@@ -36,6 +36,12 @@ from policies.gate import captrack_profile, gate
 from trainers.trial import TrialThresholds
 
 
+def trial_thresholds(manifest) -> TrialThresholds:
+    """The frozen trial thresholds of a run: its trial section, the gate's IFEval bound."""
+    return TrialThresholds(min_gain_pp=manifest.trial.min_gain_pp, fail_drop_pp=manifest.trial.fail_drop_pp,
+                           retention_drop_pp=manifest.gate.ifeval_max_drop_pp)
+
+
 class WorldPorts:
     def __init__(self, world: Any, cfg: RunConfig, allow: Any, manifest: Manifest):
         self.world, self.cfg, self.allow, self.manifest = world, cfg, allow, manifest
@@ -85,10 +91,8 @@ class WorldPorts:
 
     def trial(self, card, parent_dir, out_dir, run_key, measure) -> TrialResult:
         m = self.manifest
-        thresholds = TrialThresholds(min_gain_pp=m.trial.min_gain_pp, fail_drop_pp=m.trial.fail_drop_pp,
-                                     retention_drop_pp=m.gate.ifeval_max_drop_pp)
         return self.runner.trial(card, parent_dir, out_dir=out_dir, run_key=run_key, seed=m.evaluators.seed,
-                                 measure=measure, thresholds=thresholds, fraction=m.trial.fraction)
+                                 measure=measure, thresholds=trial_thresholds(m), fraction=m.trial.fraction)
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from) -> TrainResult:
         return self.runner.train(card, parent_dir, out_dir=out_dir, run_key=run_key, seed=self.manifest.evaluators.seed,

@@ -56,7 +56,8 @@ def observation(world: WorldData, record: HistoricalRecord | Proposal, event: Ev
                              datasets=data, runtime=runtime_of(card), eval_protocol=world.eval_protocol,
                              output_protocol=world.output_protocols[card.family]),
         evidence=SourceEvidence(target_metric=target_metric(card.family), delta_src=gain, delta_point=gain,
-                                kappa=kappa, grade="B", chi=0, retention=retention, replicates=1),
+                                kappa=kappa, grade="B", chi=0, retention=retention, replicates=1,
+                                trial_curve=event.trial_curve),
         applicability=record.applicability,
         provenance=Provenance(model_sha256=parent.sha256, data_sha256=data, config_sha256=card.content_hash(),
                               eval_sha256=content_hash(event.metrics), produced_by=f"episode {event.episode_id}"))
