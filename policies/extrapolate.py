@@ -55,6 +55,8 @@ ANY = "*"
 MIN_RUNS = 4
 """Fewest runs a group is fitted on (its leave-one-out needs a few); smaller groups fall back."""
 Model = Literal["offset", "power"]
+Choice = Literal["auto", "offset", "power"]
+"""auto: per group and metric, the model with the smaller leave-one-out RMS; or one model throughout."""
 
 
 class MetricFit(Frozen):
@@ -75,7 +77,7 @@ class MetricFit(Frozen):
     loo_rmse_power_pp: float
     """The same for the power law."""
     model: Model
-    """The model with the smaller leave-one-out RMS: the one predictions use."""
+    """The model predictions use: the one with the smaller leave-one-out RMS, unless the fit's choice names one."""
     growth_pp: float
     """The chosen model's growth."""
     residual_sd_pp: float
@@ -98,6 +100,7 @@ class Fit(Frozen):
 
     groups: tuple[GroupFit, ...]
     min_runs: int
+    choice: Choice
     skipped: tuple[str, ...]
     """Groups with too few runs (e.g. 'grpo/lora: 1 run'); their runs fall back to a wider group."""
 
@@ -193,10 +196,10 @@ def _loo_rmse(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float) 
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def _metric_fit(runs: Sequence[PairedRun], metric: str, f_t: float) -> MetricFit:
+def _metric_fit(runs: Sequence[PairedRun], metric: str, f_t: float, choice: Choice) -> MetricFit:
     c, b, se = power_fit(runs, metric)
     loo = {m: _loo_rmse(m, runs, metric, f_t) for m in ("offset", "power")}
-    model: Model = "power" if loo["power"] < loo["offset"] else "offset"
+    model: Model = choice if choice != "auto" else "power" if loo["power"] < loo["offset"] else "offset"
     growth = {"offset": _growth("offset", runs, metric, f_t), "power": c * (1.0 - f_t ** b)}
     return MetricFit(growth_offset_pp=growth["offset"], power_c_pp=c, power_b=b,
                      power_b_se=se if math.isfinite(se) else None, growth_power_pp=growth["power"],
@@ -204,21 +207,21 @@ def _metric_fit(runs: Sequence[PairedRun], metric: str, f_t: float) -> MetricFit
                      growth_pp=growth[model], residual_sd_pp=loo[model])
 
 
-def _group_fit(method: str, adapter: str, runs: Sequence[PairedRun]) -> GroupFit:
+def _group_fit(method: str, adapter: str, runs: Sequence[PairedRun], choice: Choice) -> GroupFit:
     fractions = {_reading(r).fraction for r in runs}
     if len(fractions) != 1:
         raise BadInput(f"group {method}/{adapter} mixes trial fractions {sorted(fractions)}: "
                        "pass paired runs whose trials stopped at the same fraction")
     f_t = fractions.pop()
     return GroupFit(method=method, adapter=adapter, n_runs=len(runs), trial_fraction=f_t,
-                    metrics={m: _metric_fit(runs, m, f_t) for m in RETENTION})
+                    metrics={m: _metric_fit(runs, m, f_t, choice) for m in RETENTION})
 
 
 def _adapter(run: PairedRun) -> str:
     return run.adapter or ANY
 
 
-def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS) -> Fit:
+def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice = "auto") -> Fit:
     """Per (method, adapter), per method and pooled: every group with at least `min_runs` runs."""
     if len(runs) < min_runs or min_runs < 3:
         raise BadInput(f"extrapolation needs at least {max(min_runs, 3)} paired runs (min_runs >= 3), got {len(runs)}: "
@@ -230,8 +233,8 @@ def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS) -> Fit:
         if len(members) < min_runs:
             skipped.append(f"{method}/{adapter}: {len(members)} run{'s' * (len(members) != 1)}")
         else:
-            groups.append(_group_fit(method, adapter, members))
-    return Fit(groups=tuple(groups), min_runs=min_runs, skipped=tuple(skipped))
+            groups.append(_group_fit(method, adapter, members, choice))
+    return Fit(groups=tuple(groups), min_runs=min_runs, choice=choice, skipped=tuple(skipped))
 
 
 # --- predicting and checking ---------------------------------------------------------------
@@ -338,6 +341,7 @@ class ErrorReport(Frozen):
     holdout: Holdout
     drop_pp: float
     min_runs: int
+    choice: Choice
     runs: tuple[HeldOutRun, ...]
     errors: dict[str, dict[str, ErrorSummary]]
     """metric -> method ('all' for every run) -> summary."""
@@ -351,7 +355,7 @@ def _unit(holdout: Holdout) -> Callable[[PairedRun], tuple]:
 
 
 def held_out(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "cell",
-             min_runs: int = MIN_RUNS) -> tuple[HeldOutRun, ...]:
+             min_runs: int = MIN_RUNS, choice: Choice = "auto") -> tuple[HeldOutRun, ...]:
     """Each run predicted by a fit on the runs outside its hold-out unit (its cell, or its world seed)."""
     unit = _unit(holdout)
     if holdout == "world" and len({r.world_seed for r in runs}) < 2:
@@ -359,7 +363,7 @@ def held_out(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "c
                        "pass several executed retrospectives (one per world) or hold out cells")
     out = []
     for key in sorted({unit(r) for r in runs}):
-        fitted = fit([r for r in runs if unit(r) != key], min_runs=min_runs)
+        fitted = fit([r for r in runs if unit(r) != key], min_runs=min_runs, choice=choice)
         for run in (r for r in runs if unit(r) == key):
             p = predict(fitted, run.curve, method=run.method, adapter=run.adapter)
             full = dict(run.full.retention_pp)
@@ -397,11 +401,11 @@ def _guard(rows: Sequence[HeldOutRun]) -> GuardSummary:
 
 
 def extrapolation_error(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "cell",
-                        min_runs: int = MIN_RUNS) -> ErrorReport:
+                        min_runs: int = MIN_RUNS, choice: Choice = "auto") -> ErrorReport:
     """Leave-one-out (over cells, or over world seeds): |predicted - full| raw against extrapolated,
     per metric and method, and how often the guard decision is right either way."""
-    rows = held_out(runs, drop_pp=drop_pp, holdout=holdout, min_runs=min_runs)
+    rows = held_out(runs, drop_pp=drop_pp, holdout=holdout, min_runs=min_runs, choice=choice)
     by = {"all": list(rows)} | {m: [r for r in rows if r.method == m] for m in sorted({r.method for r in rows})}
-    return ErrorReport(holdout=holdout, drop_pp=drop_pp, min_runs=min_runs, runs=rows,
+    return ErrorReport(holdout=holdout, drop_pp=drop_pp, min_runs=min_runs, choice=choice, runs=rows,
                        errors={m: {k: _errors(v, m) for k, v in by.items()} for m in RETENTION},
                        guard={k: _guard(v) for k, v in by.items()})

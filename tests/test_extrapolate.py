@@ -58,6 +58,8 @@ def test_a_shared_offset_at_the_trial_is_learned_as_growth_and_the_interval_hold
     assert p.reading_pp == 7.0
     assert abs(p.predicted_pp - (-3.0)) < 0.7
     assert p.interval_pp[0] < -3.0 < p.interval_pp[1]
+    forced = fit(runs, choice="power").groups[0].metrics["ifeval.prompt_strict"]
+    assert (forced.model, forced.growth_pp) == ("power", forced.growth_power_pp)
 
 
 def test_held_out_runs_are_predicted_by_a_fit_that_never_saw_their_cell():

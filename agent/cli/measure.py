@@ -64,6 +64,8 @@ def register(sub) -> None:
     x.add_argument("--out", default="runs/extrapolation.md", help="Markdown report; its JSON beside it")
     x.add_argument("--min-runs", dest="min_runs", type=int, default=None,
                    help="fewest runs a (method, adapter) group is fitted on (default policies.extrapolate.MIN_RUNS)")
+    x.add_argument("--model", choices=("auto", "offset", "power"), default="auto",
+                   help="growth model: auto (per group, the smaller leave-one-out error; default), offset or power")
     x.set_defaults(func=cmd_extrapolate)
 
 
@@ -154,9 +156,11 @@ def cmd_extrapolate(args) -> int:
     from agent.experiments.extrapolation import measure, write  # noqa: PLC0415
     from policies.extrapolate import MIN_RUNS  # noqa: PLC0415
 
-    fitted, reports = measure(args.retrospective, min_runs=MIN_RUNS if args.min_runs is None else args.min_runs)
+    fitted, reports = measure(args.retrospective, min_runs=MIN_RUNS if args.min_runs is None else args.min_runs,
+                              choice=args.model)
     command = "agent extrapolate " + " ".join(f"--retrospective {shlex.quote(s)}" for s in args.retrospective)
     command += f" --out {shlex.quote(args.out)}" + (f" --min-runs {args.min_runs}" if args.min_runs else "")
+    command += f" --model {args.model}" if args.model != "auto" else ""
     path = write(Path(args.out), args.retrospective, fitted, reports, command)
     print(f"wrote {args.out} and {path}")
     for rep in reports:

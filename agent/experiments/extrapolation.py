@@ -17,7 +17,7 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from agent.experiments.retro_cells import IFEVAL_DROP_PP
 from policies.curves import PairedRun, paired_runs, paired_runs_json
-from policies.extrapolate import MIN_RUNS, ErrorReport, Fit, extrapolation_error, fit
+from policies.extrapolate import MIN_RUNS, Choice, ErrorReport, Fit, extrapolation_error, fit
 
 SHORT = {"ifeval.prompt_strict": "prompt", "ifeval.inst_strict": "inst"}
 
@@ -40,13 +40,15 @@ def load_runs(sources: Sequence[str | Path]) -> list[PairedRun]:
     return runs
 
 
-def measure(sources: Sequence[str | Path], *, min_runs: int = MIN_RUNS) -> tuple[Fit, list[ErrorReport]]:
+def measure(sources: Sequence[str | Path], *, min_runs: int = MIN_RUNS,
+            choice: Choice = "auto") -> tuple[Fit, list[ErrorReport]]:
     """The fit on every run, and the held-out errors: by cell, and by world when there are several."""
     runs = load_runs(sources)
-    reports = [extrapolation_error(runs, drop_pp=IFEVAL_DROP_PP, holdout="cell", min_runs=min_runs)]
+    reports = [extrapolation_error(runs, drop_pp=IFEVAL_DROP_PP, holdout="cell", min_runs=min_runs, choice=choice)]
     if len({r.world_seed for r in runs}) > 1:
-        reports.append(extrapolation_error(runs, drop_pp=IFEVAL_DROP_PP, holdout="world", min_runs=min_runs))
-    return fit(runs, min_runs=min_runs), reports
+        reports.append(extrapolation_error(runs, drop_pp=IFEVAL_DROP_PP, holdout="world", min_runs=min_runs,
+                                           choice=choice))
+    return fit(runs, min_runs=min_runs, choice=choice), reports
 
 
 def write(out: Path, sources: Sequence[str | Path], fitted: Fit, reports: list[ErrorReport], command: str) -> Path:
@@ -89,8 +91,10 @@ def markdown(sources: Sequence[str | Path], fitted: Fit, reports: list[ErrorRepo
 
 def _fit_table(fitted: Fit) -> list[str]:
     lines = ["## The fit on every run", "",
-             "Prediction: full = trial reading + growth; growth by the model with the smaller leave-one-out RMS "
-             "on the group's runs (offset: mean of full - reading; power: c (1 - f_t^b) of Delta(f) = c f^b).", "",
+             "Prediction: full = trial reading + growth; growth by "
+             + ("the model with the smaller leave-one-out RMS on the group's runs" if fitted.choice == "auto"
+                else f"the {fitted.choice} model throughout")
+             + " (offset: mean of full - reading; power: c (1 - f_t^b) of Delta(f) = c f^b).", "",
              "| group | n | metric | model | growth pp | offset growth | power c | power b (se) | LOO RMS offset | "
              "LOO RMS power |", "|---|---|---|---|---|---|---|---|---|---|"]
     for g in fitted.groups:
