@@ -9,6 +9,7 @@ import pytest
 from agent.cli.main import main
 from agent.experiments.extrapolation import load_runs, measure
 from agent.experiments.retro_cells import IFEVAL_DROP_PP
+from agent.world.catalogue import adapter_kinds, catalogue_sha256
 from experience_bank.errors import BadInput
 from policies.curves import RETENTION, CurvePoint, PairedRun, paired_runs_json
 from policies.extrapolate import extrapolation_error, fit, guard_check, held_out, power_fit, predict
@@ -134,7 +135,8 @@ def test_several_retrospective_directories_are_held_out_by_world(tmp_path):
     cells = json.loads(V3.read_text())["cells"][:8]  # S01-S04, G01-G04: two groups of four
     for world in (0, 1):
         (tmp_path / f"w{world}").mkdir()
-        (tmp_path / f"w{world}/ledger.json").write_text(json.dumps({"world_seed": world}))
+        ledger = {"world_seed": world, "catalogue_sha256": catalogue_sha256() if world else "v3"}
+        (tmp_path / f"w{world}/ledger.json").write_text(json.dumps(ledger))
         for c in cells:
             d = tmp_path / f"w{world}/cells/{c['id']}/s0"
             d.mkdir(parents=True)
@@ -142,6 +144,9 @@ def test_several_retrospective_directories_are_held_out_by_world(tmp_path):
     _, reports = measure([tmp_path / "w0", tmp_path / "w1"])
     assert [r.holdout for r in reports] == ["cell", "world"]
     assert reports[1].guard["all"].n == 16
+    runs = load_runs([tmp_path / "w0", tmp_path / "w1"])  # only w1 ran this catalogue: its cards name adapters
+    assert {r.card_id: r.adapter for r in runs if r.world_seed == 1} == {c["id"]: adapter_kinds()[c["id"]] for c in cells}
+    assert {r.adapter for r in runs if r.world_seed == 0} == {None} and "lora" in {r.adapter for r in runs}
     with pytest.raises(BadInput, match="came twice"):
         load_runs([tmp_path / "w0", tmp_path / "w0"])
 
