@@ -10,9 +10,9 @@ The model, and why. Every effect is a difference against a matched control, and 
 serves every card of a method at a fraction and seed (agent/world/controls.control_key): its
 binomial noise (~3 pp at 100-200 items) is shared by all runs of a group and makes the short
 curves non-monotone (on v3 the SFT control reads 64 at 10 %, 69 at 20 %, 73 at full). A per-run
-power law through three noisy points therefore fits noise (on v3 its LOO error is hundreds of
-pp), and no per-run slope survives. What the data support is a group-level growth added to the
-run's own reading:
+power law through three noisy points therefore fits noise (tried on v3 while this was written:
+its leave-one-out error for SFT ran to hundreds of pp), and no per-run slope survives. What the
+data support is a group-level growth added to the run's own reading:
 
     full_i = reading_i(f_t) + g        (per retention metric, per group)
 
@@ -25,6 +25,8 @@ the group's own runs (the data say which):
   fitted by least squares to every point (short and full) of every run of the group; then
   g = c * (1 - f_t**b), and b carries its standard error. Where the curves do follow a power
   law this recovers its exponent; where a shared control's noise bends them, `offset` wins.
+  On v3 the exponent is not identified (it runs to MAX_EXPONENT) and the two models' held-out
+  errors are within noise of each other (docs/results/extrapolation-v3.md).
 
 The interval of a prediction is +-t(0.975, n-1) times the RMS of the chosen model's
 leave-one-out residuals on the group's runs: out-of-sample errors, so the fit's own uncertainty
@@ -54,6 +56,9 @@ ANY = "*"
 """A group key's wildcard: any adapter, or any method."""
 MIN_RUNS = 4
 """Fewest runs a group is fitted on (its leave-one-out needs a few); smaller groups fall back."""
+MAX_EXPONENT = 5.0
+"""Upper end of the exponent search: at the trial's fractions (f <= 0.2) f**5 is below 4e-4, so a law
+at the bound is a step at full length; a fit that runs to it says the curves hold no exponent."""
 Model = Literal["offset", "power"]
 Choice = Literal["auto", "offset", "power"]
 """auto: per group and metric, the model with the smaller leave-one-out RMS; or one model throughout."""
@@ -142,10 +147,6 @@ def _reading(run: PairedRun) -> CurvePoint:
     if not run.curve:
         raise BadInput(f"paired run {run.card_id} has no short runs: extrapolation needs a trial curve")
     return run.curve[-1]
-
-
-MAX_EXPONENT = 5.0
-"""Upper end of the exponent search: at f >= 0.05, f**5 is below 1e-6, i.e. the law is then a step at full length."""
 
 
 def _scale(f: np.ndarray, y: np.ndarray, b: float) -> float:
