@@ -151,10 +151,12 @@ def test_several_retrospective_directories_are_held_out_by_world(tmp_path):
         load_runs([tmp_path / "w0", tmp_path / "w0"])
 
 
-@pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: (p / "bad.json").write_text("[1]") and p / "bad.json"])
-def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys, make):
-    out = tmp_path / "out.md"
+@pytest.mark.parametrize("make, name", [(lambda p: p / "missing", "out.md"),
+                                        (lambda p: (p / "bad.json").write_text("[1]") and p / "bad.json", "out.md"),
+                                        (lambda p: V3, "out.json")])
+def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys, make, name):
+    out = tmp_path / name
     assert main(["extrapolate", "--retrospective", str(make(tmp_path)), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("agent: error: --retrospective") or "not a retrospective JSON" in err
-    assert len(err.splitlines()) == 1 and not out.exists()
+    assert err.startswith(("agent: error: --retrospective", "agent: error: --out")) or "not a retrospective JSON" in err
+    assert len(err.splitlines()) == 1 and list(tmp_path.glob("out*")) == []

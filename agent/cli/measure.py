@@ -156,6 +156,8 @@ def cmd_extrapolate(args) -> int:
     from agent.experiments.extrapolation import measure, write  # noqa: PLC0415
     from policies.extrapolate import MIN_RUNS  # noqa: PLC0415
 
+    if Path(args.out).suffix != ".md":
+        raise BadInput(f"--out {args.out}: the report is Markdown (its JSON goes beside it); pass a path ending in .md")
     fitted, reports = measure(args.retrospective, min_runs=MIN_RUNS if args.min_runs is None else args.min_runs,
                               choice=args.model)
     command = "agent extrapolate " + " ".join(f"--retrospective {shlex.quote(s)}" for s in args.retrospective)
