@@ -97,3 +97,15 @@ def paired_runs(out: str | Path, *, cards: Mapping[str, CandidateCard] | None = 
     world_seed = int(json.loads(ledger.read_text()).get("world_seed", 0)) if ledger.is_file() else 0
     cards = cards or {}
     return [paired_run(c, world_seed=world_seed, card=cards.get(c["id"])) for c in seed_cells(out)]
+
+
+def paired_runs_json(path: str | Path) -> list[PairedRun]:
+    """The paired runs of a retrospective's published JSON (docs/results/retrospective-default.json:
+    its `cells` and `ledger`); the world seed from the ledger, 0 where it names none (world v3)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        cells, ledger = doc["cells"], doc.get("ledger", {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadInput(f"{path} is not a retrospective JSON with a `cells` list ({exc!r}): "
+                       "pass docs/results/retrospective-*.json or an executed retrospective directory") from None
+    return [paired_run(c, world_seed=int(ledger.get("world_seed", 0))) for c in cells]

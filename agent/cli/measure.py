@@ -1,9 +1,10 @@
-"""`agent compare` and `agent retrospective`: measuring the decision layer on the embedded world."""
+"""`agent compare`, `agent retrospective` and `agent extrapolate`: measuring the decision layer on the embedded world."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 
 from experience_bank.errors import BadInput
@@ -52,6 +53,20 @@ def register(sub) -> None:
                    help="seed of the embedded world (default 0; agent world build --world-seed)")
     _execution_flags(r)
     r.set_defaults(func=cmd_retrospective)
+
+    x = sub.add_parser("extrapolate", help="forgetting extrapolated to full length, measured on held-out cells",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  agent extrapolate --retrospective docs/results/retrospective-default.json "
+                              "--out runs/extrapolation.md\n  agent extrapolate --retrospective runs/retro-w0 "
+                              "--retrospective runs/retro-w1 --out runs/extrapolation.md")
+    x.add_argument("--retrospective", action="append", required=True, metavar="DIR_OR_JSON",
+                   help="an executed retrospective directory or its published JSON; repeat for several worlds")
+    x.add_argument("--out", default="runs/extrapolation.md", help="Markdown report; its JSON beside it")
+    x.add_argument("--min-runs", dest="min_runs", type=int, default=None,
+                   help="fewest runs a (method, adapter) group is fitted on (default policies.extrapolate.MIN_RUNS)")
+    x.add_argument("--model", choices=("auto", "offset", "power"), default="auto",
+                   help="growth model: auto (per group, the smaller leave-one-out error; default), offset or power")
+    x.set_defaults(func=cmd_extrapolate)
 
 
 def _execution_flags(p) -> None:
@@ -135,3 +150,24 @@ def cmd_retrospective(args) -> int:
                                seed=args.seed, seeds=args.seeds, executor=executor)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1
+
+
+def cmd_extrapolate(args) -> int:
+    from agent.experiments.extrapolation import measure, write  # noqa: PLC0415
+    from policies.extrapolate import MIN_RUNS  # noqa: PLC0415
+
+    if Path(args.out).suffix != ".md":
+        raise BadInput(f"--out {args.out}: the report is Markdown (its JSON goes beside it); pass a path ending in .md")
+    fitted, reports = measure(args.retrospective, min_runs=MIN_RUNS if args.min_runs is None else args.min_runs,
+                              choice=args.model)
+    command = "agent extrapolate " + " ".join(f"--retrospective {shlex.quote(s)}" for s in args.retrospective)
+    command += f" --out {shlex.quote(args.out)}" + (f" --min-runs {args.min_runs}" if args.min_runs else "")
+    command += f" --model {args.model}" if args.model != "auto" else ""
+    path = write(Path(args.out), args.retrospective, fitted, reports, command)
+    print(f"wrote {args.out} and {path}")
+    for rep in reports:
+        for metric, by in rep.errors.items():
+            s = by["all"]
+            print(f"  held out by {rep.holdout}, {metric}: |raw - full| {s.raw_mean_pp:.2f} pp, "
+                  f"|extrapolated - full| {s.extrapolated_mean_pp:.2f} pp (n={s.n})")
+    return 0

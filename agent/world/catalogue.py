@@ -133,6 +133,16 @@ def catalogue(world: "World") -> tuple[CandidateCard, ...]:
     return tuple(_card(row, world) for row in _SPEC)
 
 
+def adapter_kinds() -> dict[str, str]:
+    """Card id -> adapter kind (`full` or `lora`) of the frozen table: no world needed, so a ledger
+    whose catalogue_sha256 is this table's can name its cards' adapters."""
+    return {row[0]: _adapter_kind(row[5]) for row in _SPEC}
+
+
+def _adapter_kind(knobs: dict) -> str:
+    return "lora" if "lora" in knobs else "full"
+
+
 def card_by_id(world: "World", card_id: str) -> CandidateCard:
     return {c.id: c for c in catalogue(world)}[card_id]
 
@@ -163,7 +173,7 @@ def _card(row: tuple, world: "World") -> CandidateCard:
         rewards=k.get("rewards", ()),
     )
     adapter = (Adapter(kind="lora", rank=k["lora"], alpha=2 * k["lora"], targets=LORA_TARGETS)
-               if "lora" in k else Adapter(kind="full"))
+               if _adapter_kind(k) == "lora" else Adapter(kind="full"))
     return CandidateCard(id=cid, title=title, method=method, family=family, data=data, hparams=hp,
                          adapter=adapter, budget=NominalBudget(steps=steps, device_hours=k["gpuh"]), nu=k["nu"])
 

@@ -1,0 +1,412 @@
+"""Forgetting extrapolated to full length: a trial's IFEval change at 20 % of the steps -> the full run's.
+
+Issue 27, item 2. A short trial under-reads forgetting: on the executed Retrospective-24 of world
+v3 the SFT trials read an IFEval *gain* at 20 % and their full runs a loss. This module learns,
+from the bank's own paired runs (policies/curves.py), how the retention change grows from the
+trial's fraction to the full length, so that the trial's retention check can compare the
+*extrapolated* change against the guard, beside the raw reading.
+
+The model, and why. Every effect is a difference against a matched control, and one control run
+serves every card of a method at a fraction and seed (agent/world/controls.control_key): its
+binomial noise (~3 pp at 100-200 items) is shared by all runs of a group and makes the short
+curves non-monotone (on v3 the SFT control reads 64 at 10 %, 69 at 20 %, 73 at full). A per-run
+power law through three noisy points therefore fits noise (tried on v3 while this was written:
+its leave-one-out error for SFT ran to hundreds of pp), and no per-run slope survives. What the
+data support is a group-level growth added to the run's own reading:
+
+    full_i = reading_i(f_t) + g        (per retention metric, per group)
+
+with the growth g estimated in one of two ways, chosen per group and metric by leave-one-out on
+the group's own runs (the data say which):
+
+- `offset`: g = mean over the group of (full - reading); it absorbs the shared control's offset
+  at f_t as well as the forgetting between f_t and 1;
+- `power`: the group's change as a power law in steps, Delta(f) = c * f**b (Kalajdzievski 2024),
+  fitted by least squares to every point (short and full) of every run of the group; then
+  g = c * (1 - f_t**b), and b carries its standard error. Where the curves do follow a power
+  law this recovers its exponent; where a shared control's noise bends them, `offset` wins.
+  On v3 the exponent is not identified (it runs to MAX_EXPONENT) and the two models' held-out
+  errors are within noise of each other (docs/results/extrapolation-v3.md).
+
+The interval of a prediction is +-t(0.975, n-1) times the RMS of the chosen model's
+leave-one-out residuals on the group's runs: out-of-sample errors, so the fit's own uncertainty
+is in it. Groups are (method, adapter kind); a group with fewer than `min_runs` runs falls back
+to its method over all adapters, then to all runs pooled, and a prediction names the group it
+used and why. Out of scope: per-card covariates (learning rate, replay share) -- with 12 runs
+per method the bank cannot yet support them -- and the go/no-go model (policies/gonogo.py).
+The guard's value is a parameter: its one owner is the run config (`gate_ifeval_drop_pp`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+from scipy import optimize, stats
+
+from experience_bank.errors import BadInput
+from experience_bank.records import Frozen
+from policies.curves import RETENTION, CurvePoint, PairedRun
+from policies.outcomes import retention_safe
+from policies.stats import clopper_pearson, mean_interval
+
+ANY = "*"
+"""A group key's wildcard: any adapter, or any method."""
+MIN_RUNS = 4
+"""Fewest runs a group is fitted on (its leave-one-out needs a few); smaller groups fall back."""
+MAX_EXPONENT = 5.0
+"""Upper end of the exponent search: at the trial's fractions (f <= 0.2) f**5 is below 4e-4, so a law
+at the bound is a step at full length; a fit that runs to it says the curves hold no exponent."""
+Model = Literal["offset", "power"]
+Choice = Literal["auto", "offset", "power"]
+"""auto: per group and metric, the model with the smaller leave-one-out RMS; or one model throughout."""
+
+
+class MetricFit(Frozen):
+    """How one retention metric's change grows from the trial's fraction to the full run, in one group."""
+
+    growth_offset_pp: float
+    """Mean of (full - trial reading) over the group's runs."""
+    power_c_pp: float
+    """c of the group's power law Delta(f) = c f^b (f: share of the nominal steps)."""
+    power_b: float
+    """b, the exponent in steps, searched in [0, MAX_EXPONENT]."""
+    power_b_se: float | None
+    """Standard error of b (least squares covariance); None where it is undefined."""
+    growth_power_pp: float
+    """c (1 - f_t^b): the growth the power law predicts from the trial's fraction to full."""
+    loo_rmse_offset_pp: float
+    """RMS of the offset model's leave-one-out errors on the group's runs."""
+    loo_rmse_power_pp: float
+    """The same for the power law."""
+    model: Model
+    """The model predictions use: the one with the smaller leave-one-out RMS, unless the fit's choice names one."""
+    growth_pp: float
+    """The chosen model's growth."""
+    residual_sd_pp: float
+    """The chosen model's leave-one-out RMS: the scale of a prediction's interval."""
+
+
+class GroupFit(Frozen):
+    method: str
+    """A method, or ANY."""
+    adapter: str
+    """An adapter kind, or ANY."""
+    n_runs: int
+    trial_fraction: float
+    """The fraction the runs' trials stopped at (their last short point)."""
+    metrics: dict[str, MetricFit]
+
+
+class Fit(Frozen):
+    """Every group the paired runs allowed, most specific first; `skipped` says which could not be fitted."""
+
+    groups: tuple[GroupFit, ...]
+    min_runs: int
+    choice: Choice
+    skipped: tuple[str, ...]
+    """Groups with too few runs (e.g. 'grpo/lora: 1 run'); their runs fall back to a wider group."""
+
+
+class MetricPrediction(Frozen):
+    reading_pp: float
+    """The trial's raw reading at its fraction."""
+    predicted_pp: float
+    """The extrapolated full-length change."""
+    interval_pp: tuple[float, float]
+    """95 % prediction interval of the full-length change."""
+
+
+class Prediction(Frozen):
+    group: str
+    """The group the prediction used, 'method/adapter' ('*' = any)."""
+    fallback: str | None
+    """Why a wider group than (method, adapter) was used; None when it was not."""
+    trial_fraction: float
+    metrics: dict[str, MetricPrediction]
+
+
+class GuardCheck(Frozen):
+    """The trial's retention check, both ways: the raw reading and the extrapolated change against the guard."""
+
+    drop_pp: float
+    raw_safe: bool
+    """Every raw reading is at least -drop_pp (policies.outcomes.retention_safe)."""
+    extrapolated_safe: bool
+    """Every extrapolated full-length change is at least -drop_pp."""
+    reasons: tuple[str, ...]
+    """One line per metric with both values."""
+
+
+# --- fitting -----------------------------------------------------------------------------
+
+
+def _reading(run: PairedRun) -> CurvePoint:
+    if not run.curve:
+        raise BadInput(f"paired run {run.card_id} has no short runs: extrapolation needs a trial curve")
+    return run.curve[-1]
+
+
+def _scale(f: np.ndarray, y: np.ndarray, b: float) -> float:
+    g = np.power(f, b)  # for a fixed exponent the scale is linear least squares
+    return float(g @ y / (g @ g))
+
+
+def _sse(f: np.ndarray, y: np.ndarray, b: float) -> float:
+    return float(np.sum((y - _scale(f, y, b) * np.power(f, b)) ** 2))
+
+
+def _points(runs: Sequence[PairedRun], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    points = [(p.fraction, p.retention_pp[metric]) for r in runs for p in (*r.curve, r.full)]
+    f, y = (np.array(v, dtype=float) for v in zip(*points))
+    return f, y
+
+
+def _power_cb(f: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    b = float(optimize.minimize_scalar(lambda b: _sse(f, y, b), bounds=(0.0, MAX_EXPONENT), method="bounded").x)
+    return _scale(f, y, b), b
+
+
+def power_fit(runs: Sequence[PairedRun], metric: str) -> tuple[float, float, float]:
+    """(c, b, se of b) of the group law Delta(f) = c f^b, least squares over every point of every run;
+    se from the Gauss-Newton covariance s^2 (J'J)^-1 (inf where J'J is singular, e.g. c = 0)."""
+    f, y = _points(runs, metric)
+    c, b = _power_cb(f, y)
+    g = np.power(f, b)
+    jac = np.column_stack([g, c * g * np.log(f)])
+    s2 = _sse(f, y, b) / max(len(y) - 2, 1)
+    try:
+        se = float(np.sqrt(s2 * np.linalg.inv(jac.T @ jac)[1, 1]))
+    except np.linalg.LinAlgError:
+        se = math.inf
+    return c, b, se
+
+
+def _growth(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float) -> float:
+    if model == "offset":
+        return float(np.mean([r.full.retention_pp[metric] - _reading(r).retention_pp[metric] for r in runs]))
+    c, b = _power_cb(*_points(runs, metric))
+    return c * (1.0 - f_t ** b)
+
+
+def _loo_rmse(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float) -> float:
+    errors = [_reading(run).retention_pp[metric] + _growth(model, [*runs[:i], *runs[i + 1:]], metric, f_t)
+              - run.full.retention_pp[metric] for i, run in enumerate(runs)]
+    return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def _metric_fit(runs: Sequence[PairedRun], metric: str, f_t: float, choice: Choice) -> MetricFit:
+    c, b, se = power_fit(runs, metric)
+    loo = {m: _loo_rmse(m, runs, metric, f_t) for m in ("offset", "power")}
+    model: Model = choice if choice != "auto" else "power" if loo["power"] < loo["offset"] else "offset"
+    growth = {"offset": _growth("offset", runs, metric, f_t), "power": c * (1.0 - f_t ** b)}
+    return MetricFit(growth_offset_pp=growth["offset"], power_c_pp=c, power_b=b,
+                     power_b_se=se if math.isfinite(se) else None, growth_power_pp=growth["power"],
+                     loo_rmse_offset_pp=loo["offset"], loo_rmse_power_pp=loo["power"], model=model,
+                     growth_pp=growth[model], residual_sd_pp=loo[model])
+
+
+def _group_fit(method: str, adapter: str, runs: Sequence[PairedRun], choice: Choice) -> GroupFit:
+    fractions = {_reading(r).fraction for r in runs}
+    if len(fractions) != 1:
+        raise BadInput(f"group {method}/{adapter} mixes trial fractions {sorted(fractions)}: "
+                       "pass paired runs whose trials stopped at the same fraction")
+    f_t = fractions.pop()
+    return GroupFit(method=method, adapter=adapter, n_runs=len(runs), trial_fraction=f_t,
+                    metrics={m: _metric_fit(runs, m, f_t, choice) for m in RETENTION})
+
+
+def _adapter(run: PairedRun) -> str:
+    return run.adapter or ANY
+
+
+def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice = "auto") -> Fit:
+    """Per (method, adapter), per method and pooled: every group with at least `min_runs` runs."""
+    if len(runs) < min_runs or min_runs < 3:
+        raise BadInput(f"extrapolation needs at least {max(min_runs, 3)} paired runs (min_runs >= 3), got {len(runs)}: "
+                       "pass more executed retrospective cells")
+    keys = sorted({(r.method, _adapter(r)) for r in runs} | {(r.method, ANY) for r in runs}) + [(ANY, ANY)]
+    groups, skipped = [], []
+    for method, adapter in keys:
+        members = [r for r in runs if method in (ANY, r.method) and adapter in (ANY, _adapter(r))]
+        if len(members) < min_runs:
+            skipped.append(f"{method}/{adapter}: {len(members)} run{'s' * (len(members) != 1)}")
+        else:
+            groups.append(_group_fit(method, adapter, members, choice))
+    return Fit(groups=tuple(groups), min_runs=min_runs, choice=choice, skipped=tuple(skipped))
+
+
+# --- predicting and checking ---------------------------------------------------------------
+
+
+def _group_for(fit_: Fit, method: str, adapter: str | None) -> tuple[GroupFit, str | None]:
+    wanted = (method, adapter or ANY)
+    for g in fit_.groups:
+        if (g.method, g.adapter) == wanted:
+            return g, None
+    for g in fit_.groups:
+        if g.method in (method, ANY) and g.adapter == ANY:
+            return g, f"{wanted[0]}/{wanted[1]} has fewer than {fit_.min_runs} runs: used {g.method}/{g.adapter}"
+    raise BadInput(f"the fit has no group for {method}/{adapter}: fit on paired runs that include a pooled group")
+
+
+def predict(fit_: Fit, curve: Sequence[CurvePoint], *, method: str, adapter: str | None = None) -> Prediction:
+    """The full-length retention change a trial's curve extrapolates to, per metric, with its 95 % interval."""
+    if not curve:
+        raise BadInput("a trial curve needs at least one short run to extrapolate from")
+    group, why = _group_for(fit_, method, adapter)
+    reading = curve[-1]
+    if not math.isclose(reading.fraction, group.trial_fraction):
+        raise BadInput(f"the trial stopped at {reading.fraction:.2f} but group {group.method}/{group.adapter} "
+                       f"was fitted at {group.trial_fraction:.2f}: fit on runs with the trial's fraction")
+    t = float(stats.t.ppf(0.975, group.n_runs - 1))
+    out = {}
+    for m, mf in group.metrics.items():
+        p = reading.retention_pp[m] + mf.growth_pp
+        out[m] = MetricPrediction(reading_pp=reading.retention_pp[m], predicted_pp=p,
+                                  interval_pp=(p - t * mf.residual_sd_pp, p + t * mf.residual_sd_pp))
+    return Prediction(group=f"{group.method}/{group.adapter}", fallback=why, trial_fraction=reading.fraction,
+                      metrics=out)
+
+
+def _safe(values: dict[str, float], drop_pp: float) -> bool:
+    return retention_safe(values["ifeval.prompt_strict"], values["ifeval.inst_strict"], drop_pp)
+
+
+def guard_check(prediction: Prediction, *, drop_pp: float) -> GuardCheck:
+    """Both readings against the guard; `drop_pp` from its one owner (RunConfig.gate_ifeval_drop_pp)."""
+    raw = {m: p.reading_pp for m, p in prediction.metrics.items()}
+    ext = {m: p.predicted_pp for m, p in prediction.metrics.items()}
+    pct = round(100 * prediction.trial_fraction)
+    reasons = tuple(f"{m}: {pct} % reading {p.reading_pp:+.1f} pp, extrapolated full length {p.predicted_pp:+.1f} pp "
+                    f"[{p.interval_pp[0]:+.1f}, {p.interval_pp[1]:+.1f}] ({prediction.group}); guard -{drop_pp:g} pp"
+                    for m, p in prediction.metrics.items())
+    return GuardCheck(drop_pp=drop_pp, raw_safe=_safe(raw, drop_pp), extrapolated_safe=_safe(ext, drop_pp),
+                      reasons=reasons)
+
+
+# --- measuring: held-out runs ----------------------------------------------------------------
+
+Holdout = Literal["cell", "world"]
+
+
+class HeldOutRun(Frozen):
+    """One run predicted by a fit that never saw it (nor any run of its cell, or of its world)."""
+
+    card_id: str
+    world_seed: int
+    seed: int
+    method: str
+    group: str
+    fallback: str | None
+    metrics: dict[str, MetricPrediction]
+    full_pp: dict[str, float]
+    """The full run's retention change: the truth."""
+    breach: bool
+    """The full run breaks the guard (not policies.outcomes.retention_safe)."""
+    raw_breach: bool
+    extrapolated_breach: bool
+
+
+class ErrorSummary(Frozen):
+    """|predicted - full| over held-out runs, raw reading against extrapolation, for one metric and method."""
+
+    n: int
+    raw_mean_pp: float
+    raw_mean_ci: tuple[float, float] | None
+    raw_median_pp: float
+    raw_median_ci: tuple[float, float]
+    extrapolated_mean_pp: float
+    extrapolated_mean_ci: tuple[float, float] | None
+    extrapolated_median_pp: float
+    extrapolated_median_ci: tuple[float, float]
+    covered: int
+    """Held-out full values inside their 95 % prediction interval."""
+
+
+class GuardSummary(Frozen):
+    """How often the guard decision (full-length change below -drop_pp) comes out right."""
+
+    n: int
+    breaches: int
+    """Held-out runs whose full run breaks the guard."""
+    raw_right: int
+    raw_right_ci: tuple[float, float]
+    extrapolated_right: int
+    extrapolated_right_ci: tuple[float, float]
+
+
+class ErrorReport(Frozen):
+    holdout: Holdout
+    drop_pp: float
+    min_runs: int
+    choice: Choice
+    runs: tuple[HeldOutRun, ...]
+    errors: dict[str, dict[str, ErrorSummary]]
+    """metric -> method ('all' for every run) -> summary."""
+    guard: dict[str, GuardSummary]
+    """method ('all' for every run) -> the guard decision's accuracy."""
+
+
+def _unit(holdout: Holdout) -> Callable[[PairedRun], tuple]:
+    # A cell's every seed leaves together: another seed of the same card would leak its full run.
+    return (lambda r: (r.world_seed,)) if holdout == "world" else (lambda r: (r.world_seed, r.card_id))
+
+
+def held_out(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "cell",
+             min_runs: int = MIN_RUNS, choice: Choice = "auto") -> tuple[HeldOutRun, ...]:
+    """Each run predicted by a fit on the runs outside its hold-out unit (its cell, or its world seed)."""
+    unit = _unit(holdout)
+    if holdout == "world" and len({r.world_seed for r in runs}) < 2:
+        raise BadInput("leave-one-world-out needs paired runs of at least two world seeds: "
+                       "pass several executed retrospectives (one per world) or hold out cells")
+    out = []
+    for key in sorted({unit(r) for r in runs}):
+        fitted = fit([r for r in runs if unit(r) != key], min_runs=min_runs, choice=choice)
+        for run in (r for r in runs if unit(r) == key):
+            p = predict(fitted, run.curve, method=run.method, adapter=run.adapter)
+            full = dict(run.full.retention_pp)
+            out.append(HeldOutRun(card_id=run.card_id, world_seed=run.world_seed, seed=run.seed, method=run.method,
+                                  group=p.group, fallback=p.fallback, metrics=p.metrics, full_pp=full,
+                                  breach=not _safe(full, drop_pp),
+                                  raw_breach=not _safe({m: v.reading_pp for m, v in p.metrics.items()}, drop_pp),
+                                  extrapolated_breach=not _safe({m: v.predicted_pp for m, v in p.metrics.items()},
+                                                                drop_pp)))
+    return tuple(out)
+
+
+def _median_ci(x: np.ndarray) -> tuple[float, float]:
+    ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(0.95)
+    return float(ci.low), float(ci.high)
+
+
+def _errors(rows: Sequence[HeldOutRun], metric: str) -> ErrorSummary:
+    raw = np.array([abs(r.metrics[metric].reading_pp - r.full_pp[metric]) for r in rows])
+    ext = np.array([abs(r.metrics[metric].predicted_pp - r.full_pp[metric]) for r in rows])
+    covered = sum(lo <= r.full_pp[metric] <= hi for r in rows for lo, hi in [r.metrics[metric].interval_pp])
+    (rm, rci), (em, eci) = mean_interval(raw), mean_interval(ext)
+    return ErrorSummary(n=len(rows), raw_mean_pp=rm, raw_mean_ci=rci, raw_median_pp=float(np.median(raw)),
+                        raw_median_ci=_median_ci(raw), extrapolated_mean_pp=em, extrapolated_mean_ci=eci,
+                        extrapolated_median_pp=float(np.median(ext)), extrapolated_median_ci=_median_ci(ext),
+                        covered=covered)
+
+
+def _guard(rows: Sequence[HeldOutRun]) -> GuardSummary:
+    raw = sum(r.raw_breach == r.breach for r in rows)
+    ext = sum(r.extrapolated_breach == r.breach for r in rows)
+    return GuardSummary(n=len(rows), breaches=sum(r.breach for r in rows), raw_right=raw,
+                        raw_right_ci=clopper_pearson(raw, len(rows)), extrapolated_right=ext,
+                        extrapolated_right_ci=clopper_pearson(ext, len(rows)))
+
+
+def extrapolation_error(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "cell",
+                        min_runs: int = MIN_RUNS, choice: Choice = "auto") -> ErrorReport:
+    """Leave-one-out (over cells, or over world seeds): |predicted - full| raw against extrapolated,
+    per metric and method, and how often the guard decision is right either way."""
+    rows = held_out(runs, drop_pp=drop_pp, holdout=holdout, min_runs=min_runs, choice=choice)
+    by = {"all": list(rows)} | {m: [r for r in rows if r.method == m] for m in sorted({r.method for r in rows})}
+    return ErrorReport(holdout=holdout, drop_pp=drop_pp, min_runs=min_runs, choice=choice, runs=rows,
+                       errors={m: {k: _errors(v, m) for k, v in by.items()} for m in RETENTION},
+                       guard={k: _guard(v) for k, v in by.items()})

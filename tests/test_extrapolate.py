@@ -1,0 +1,162 @@
+"""Forgetting extrapolated to full length (policies/extrapolate.py, `agent extrapolate`)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.cli.main import main
+from agent.experiments.extrapolation import load_runs, measure
+from agent.experiments.retro_cells import IFEVAL_DROP_PP
+from agent.world.catalogue import adapter_kinds, catalogue_sha256
+from experience_bank.errors import BadInput
+from policies.curves import RETENTION, CurvePoint, PairedRun, paired_runs_json
+from policies.extrapolate import extrapolation_error, fit, guard_check, held_out, power_fit, predict
+
+V3 = Path(__file__).parents[1] / "docs/results/retrospective-default.json"
+FRACTIONS = (0.05, 0.10, 0.20)
+
+
+def _point(f: float, value: float) -> CurvePoint:
+    return CurvePoint(fraction=f, target_pp=0.0, retention_pp={m: value for m in RETENTION})
+
+
+def _run(card: str, values: list[float], *, method: str = "sft", adapter: str | None = None, world: int = 0,
+         seed: int = 0) -> PairedRun:
+    return PairedRun(card_id=card, family="sql", method=method, seed=seed, world_seed=world, adapter=adapter,
+                     curve=tuple(_point(f, v) for f, v in zip(FRACTIONS, values)), full=_point(1.0, values[-1]))
+
+
+def _power_runs(b: float, n: int = 12, noise: float = 0.3, seed: int = 0) -> list[PairedRun]:
+    rng = np.random.default_rng(seed)
+    scales = rng.normal(-10.0, 2.0, n)
+    return [_run(f"S{i:02d}", [c * f ** b + rng.normal(0, noise) for f in (*FRACTIONS, 1.0)])
+            for i, c in enumerate(scales)]
+
+
+@pytest.mark.parametrize("b", [0.5, 1.0, 2.0])
+def test_the_power_law_recovers_a_known_exponent_from_noisy_curves(b):
+    runs = _power_runs(b)
+    c, b_hat, se = power_fit(runs, "ifeval.prompt_strict")
+    assert abs(b_hat - b) < 0.15 and se < 0.5
+    assert abs(c - np.mean([r.full.retention_pp["ifeval.prompt_strict"] for r in runs])) < 0.5
+    # Where the curves follow a power law, the fit's growth from 20 % to full is c (1 - 0.2^b).
+    mf = fit(runs).groups[0].metrics["ifeval.prompt_strict"]
+    assert mf.growth_power_pp == pytest.approx(c * (1 - 0.2 ** b_hat))
+    assert abs(mf.growth_pp - c * (1 - 0.2 ** b)) < 1.0
+
+
+def test_a_shared_offset_at_the_trial_is_learned_as_growth_and_the_interval_holds_the_truth():
+    # A control reading 6 pp low at 20 % shifts every run's trial up by 6: the v3 pattern (gain at 20 %, loss at full).
+    rng = np.random.default_rng(1)
+    runs = [_run(f"S{i:02d}", [0.0, 8.0, 6.0 + x]) for i, x in enumerate(rng.normal(0, 3.0, 10))]
+    runs = [r.model_copy(update={"full": _point(1.0, r.curve[-1].retention_pp["ifeval.prompt_strict"] - 10.0
+                                                + rng.normal(0, 0.5))}) for r in runs]
+    f = fit(runs)
+    new = _run("S99", [0.0, 8.0, 7.0, -3.0]).curve
+    p = predict(f, new, method="sft").metrics["ifeval.prompt_strict"]
+    assert p.reading_pp == 7.0
+    assert abs(p.predicted_pp - (-3.0)) < 0.7
+    assert p.interval_pp[0] < -3.0 < p.interval_pp[1]
+    forced = fit(runs, choice="power").groups[0].metrics["ifeval.prompt_strict"]
+    assert (forced.model, forced.growth_pp) == ("power", forced.growth_power_pp)
+
+
+def test_held_out_runs_are_predicted_by_a_fit_that_never_saw_their_cell():
+    runs = _power_runs(1.0, n=8)
+    runs[3] = runs[3].model_copy(update={"full": _point(1.0, -60.0)})  # an outlier: visible if it leaked
+    runs.append(runs[3].model_copy(update={"seed": 1}))                  # the same cell at a second seed
+    rows = {(r.card_id, r.seed): r for r in held_out(runs, drop_pp=IFEVAL_DROP_PP)}
+    others = [r for r in runs if r.card_id != "S03"]
+    for seed in (0, 1):
+        alone = predict(fit(others), runs[3].curve, method="sft").metrics
+        assert rows[("S03", seed)].metrics == alone
+    leaked = predict(fit(runs), runs[3].curve, method="sft").metrics["ifeval.prompt_strict"].predicted_pp
+    assert rows[("S03", 0)].metrics["ifeval.prompt_strict"].predicted_pp != pytest.approx(leaked)
+
+
+def test_leave_one_world_out_holds_a_whole_world_out():
+    w0 = _power_runs(1.0, n=6, seed=0)
+    w1 = [r.model_copy(update={"world_seed": 1}) for r in _power_runs(1.0, n=6, seed=5)]
+    rows = held_out(w0 + w1, drop_pp=IFEVAL_DROP_PP, holdout="world")
+    assert [r.metrics for r in rows if r.world_seed == 1] == [
+        predict(fit(w0), r.curve, method="sft").metrics for r in w1]
+    with pytest.raises(BadInput, match="at least two world seeds"):
+        held_out(w0, drop_pp=IFEVAL_DROP_PP, holdout="world")
+
+
+def test_a_small_group_falls_back_and_says_so():
+    runs = ([_run(f"S{i}", [1, 2, 3 + i, -4 + i], adapter="full") for i in range(5)] +
+            [_run(f"L{i}", [1, 2, 3 + i, -4 + i], adapter="lora") for i in range(2)] +
+            [_run(f"G{i}", [0, 0, -1, 0.5], method="grpo", adapter="full") for i in range(5)])
+    f = fit(runs)
+    assert "sft/lora: 2 runs" in f.skipped
+    p = predict(f, runs[5].curve, method="sft", adapter="lora")
+    assert p.group == "sft/*" and "sft/lora has fewer than 4 runs" in p.fallback
+    assert predict(f, runs[0].curve, method="sft", adapter="full").fallback is None
+    with pytest.raises(BadInput, match="at least 4 paired runs"):
+        fit(runs[:3])
+
+
+def test_the_guard_check_reports_the_raw_reading_and_the_extrapolation():
+    runs = [_run(f"S{i:02d}", [0, 8, 5 + i % 3, -5 + i % 3]) for i in range(8)]
+    p = predict(fit(runs), runs[0].curve, method="sft")
+    check = guard_check(p, drop_pp=IFEVAL_DROP_PP)
+    assert check.raw_safe and not check.extrapolated_safe  # +5 at 20 %, about -5 at full
+    assert p.metrics["ifeval.prompt_strict"].predicted_pp == pytest.approx(-5.0)
+    assert "20 % reading +5.0 pp, extrapolated full length -5.0 pp" in check.reasons[0]
+    assert check.drop_pp == IFEVAL_DROP_PP
+
+
+@pytest.fixture(scope="module")
+def v3_report():
+    return extrapolation_error(paired_runs_json(V3), drop_pp=IFEVAL_DROP_PP)
+
+
+def test_on_v3_the_extrapolation_beats_the_raw_reading(v3_report):
+    sft = v3_report.errors["ifeval.prompt_strict"]["sft"]
+    assert sft.n == 12 and sft.raw_mean_pp == pytest.approx(10.4167, abs=1e-3)  # docs/results/extrapolation-v3.md
+    assert sft.extrapolated_mean_pp == pytest.approx(2.2406, abs=1e-3)
+    assert (v3_report.guard["all"].raw_right, v3_report.guard["all"].extrapolated_right) == (12, 23)
+
+
+def test_the_cli_writes_the_numbers_the_function_computes(tmp_path, v3_report, capsys):
+    out = tmp_path / "x.md"
+    assert main(["extrapolate", "--retrospective", str(V3), "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["reports"][0] == v3_report.model_dump(mode="json")
+    s = v3_report.errors["ifeval.inst_strict"]["all"]
+    assert f"| inst | all | 24 | {s.raw_mean_pp:.2f}" in out.read_text()
+    assert f"|extrapolated - full| {s.extrapolated_mean_pp:.2f} pp" in capsys.readouterr().out
+
+
+def test_several_retrospective_directories_are_held_out_by_world(tmp_path):
+    cells = json.loads(V3.read_text())["cells"][:8]  # S01-S04, G01-G04: two groups of four
+    for world in (0, 1):
+        (tmp_path / f"w{world}").mkdir()
+        ledger = {"world_seed": world, "catalogue_sha256": catalogue_sha256() if world else "v3"}
+        (tmp_path / f"w{world}/ledger.json").write_text(json.dumps(ledger))
+        for c in cells:
+            d = tmp_path / f"w{world}/cells/{c['id']}/s0"
+            d.mkdir(parents=True)
+            (d / "cell.json").write_text(json.dumps(c))
+    _, reports = measure([tmp_path / "w0", tmp_path / "w1"])
+    assert [r.holdout for r in reports] == ["cell", "world"]
+    assert reports[1].guard["all"].n == 16
+    runs = load_runs([tmp_path / "w0", tmp_path / "w1"])  # only w1 ran this catalogue: its cards name adapters
+    assert {r.card_id: r.adapter for r in runs if r.world_seed == 1} == {c["id"]: adapter_kinds()[c["id"]] for c in cells}
+    assert {r.adapter for r in runs if r.world_seed == 0} == {None} and "lora" in {r.adapter for r in runs}
+    with pytest.raises(BadInput, match="came twice"):
+        load_runs([tmp_path / "w0", tmp_path / "w0"])
+
+
+@pytest.mark.parametrize("make, name", [(lambda p: p / "missing", "out.md"),
+                                        (lambda p: (p / "bad.json").write_text("[1]") and p / "bad.json", "out.md"),
+                                        (lambda p: V3, "out.json")])
+def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys, make, name):
+    out = tmp_path / name
+    assert main(["extrapolate", "--retrospective", str(make(tmp_path)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(("agent: error: --retrospective", "agent: error: --out")) or "not a retrospective JSON" in err
+    assert len(err.splitlines()) == 1 and list(tmp_path.glob("out*")) == []
