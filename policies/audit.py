@@ -22,6 +22,7 @@ trial was never run leaves that cell undetermined: it is counted, never guessed.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -37,7 +38,9 @@ from policies import stats
 from policies.authorize import (
     POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
 )
+from policies.early_stop import policy_verdict
 from policies.features import compile as compile_features
+from policies.gate import GateConfig
 from policies.outcomes import OUTCOME_CLASSES, UNCERTAIN, IntervalClass
 
 GENESIS = "0" * 64
@@ -195,8 +198,12 @@ class Cell:
     outcome: OutcomeCell | None
 
 
-def walk(cells: list[Cell], policy: str, config: PolicyConfig) -> list[dict]:
-    """Route every cell in order under `policy`, spending quota and lease per episode."""
+def walk(cells: list[Cell], policy: str, config: PolicyConfig,
+         min_gain_pp: Mapping[str, float] | None = None) -> list[dict]:
+    """Route every cell in order under `policy`, spending quota and lease per episode.
+    `min_gain_pp`: the gate's adoption threshold per family, which a policy with its own trial
+    rule compares its prediction with (None: the gate's default)."""
+    gains = dict(min_gain_pp) if min_gain_pp is not None else GateConfig().min_gain_pp
     rows, states = [], {}
     for c in cells:
         st = states.get(c.episode_id, EpisodeState())
@@ -205,13 +212,14 @@ def walk(cells: list[Cell], policy: str, config: PolicyConfig) -> list[dict]:
             rows.append({"action": None, "rule": "no frozen record to compile without B_i", "authorized": None, "spent": 0.0})
             continue
         d = authorize(f, policy, st, config)
-        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config)
+        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config, policy, gains)
         states[c.episode_id] = st
         rows.append({"action": d.action, "rule": d.rule, "authorized": authorized, "spent": spent, "after_trial": note})
     return rows
 
 
-def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig):
+def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig, policy: str,
+             min_gain_pp: Mapping[str, float]):
     """(authorized, device-hours spent, trial note, state after) for one routed cell."""
     o = c.outcome
     full = o.full_device_hours if o else 0.0
@@ -221,7 +229,10 @@ def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig):
         return True, full, None, st
     if o is None or o.trial_verdict is None:
         return None, 0.0, "trial not recorded", st
-    then, note, st = after_trial(o.trial_verdict, st, config)
+    # a cell without its family (older ledgers) is held to the strictest family's threshold
+    threshold = min_gain_pp[o.family] if o.family in min_gain_pp else max(min_gain_pp.values())
+    verdict, _ = policy_verdict(policy, o.trial_verdict, o.short, threshold)
+    then, note, st = after_trial(verdict, st, config)
     # nu = continue resumes the trial's prefix, so the full run costs only its remainder.
     extra = 0.0 if then == "reject" else (full - o.trial_device_hours if c.nu == "continue" else full)
     return then == "train", o.trial_device_hours + max(extra, 0.0), note, st
@@ -273,9 +284,10 @@ def mcnemar_table(cells: list[Cell], walks: dict[str, list[dict]], base: str = "
     return out
 
 
-def score_policies(cells: list[Cell], config: PolicyConfig) -> dict:
-    """Counterfactual walks of every policy, and the audit metrics where outcomes exist."""
-    walks = {p: walk(cells, p, config) for p in POLICIES}
+def score_policies(cells: list[Cell], config: PolicyConfig, min_gain_pp: Mapping[str, float] | None = None) -> dict:
+    """Counterfactual walks of every policy, and the audit metrics where outcomes exist
+    (`min_gain_pp`: the run's adoption thresholds, as `walk` takes them)."""
+    walks = {p: walk(cells, p, config, min_gain_pp) for p in POLICIES}
     has_outcomes = any(_classified(c) for c in cells)
     return {"walks": walks, "policies": {p: policy_metrics(cells, w) for p, w in walks.items()} if has_outcomes else {},
             "mcnemar_p": mcnemar_table(cells, walks) if has_outcomes else {}, "coverage": coverage(cells)}
@@ -348,8 +360,9 @@ def own_policy_agreement(entries: list[Entry], walks: dict[str, list[dict]]) -> 
     return {"policy": policy, "agree": len(entries) - len(differs), "of": len(entries), "differs_at": differs}
 
 
-def audit(path: str | Path) -> dict:
-    """Verify every decision hash for hash, then (only then) score outcomes; `ok` False on any mismatch."""
+def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None) -> dict:
+    """Verify every decision hash for hash, then (only then) score outcomes; `ok` False on any mismatch.
+    `min_gain_pp`: the run's adoption thresholds per family (its manifest's gate; None: the gate's default)."""
     ledger, outcomes_path = _ledger_paths(path)
     lines = _lines(ledger)
     if not lines:
@@ -361,7 +374,7 @@ def audit(path: str | Path) -> dict:
         return report
     config = entries[0].config
     cells = cells_from_entries(entries, read_outcomes(outcomes_path))  # outcomes opened only now
-    scored = score_policies(cells, config)
+    scored = score_policies(cells, config, min_gain_pp)
     report["own_policy"] = own_policy_agreement(entries, scored["walks"])
     if report["own_policy"]["differs_at"]:
         report["ok"] = False

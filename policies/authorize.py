@@ -138,6 +138,12 @@ def validate_all(f, st, cfg):
     return ("validate", "validate_all.validate", n) if f.nu != "none" else ("reject", "validate_all.no_faithful_trial", n)
 
 
+def early_stop_extrapolation(f, st, cfg):
+    # Routes as validate_all; its trial verdict is its own (policies.early_stop, OWN_TRIAL_RULE).
+    action, rule, n = validate_all(f, st, cfg)
+    return action, rule.replace("validate_all", "early_stop_extrapolation"), n
+
+
 def reuse_all(f, st, cfg):
     n = _nums(f, cfg, delta_src=f.delta_src)
     if f.is_new:
@@ -177,11 +183,15 @@ POLICIES: dict[str, Policy] = {
     "validate_all": validate_all, "reuse_all": reuse_all, "no_memory": no_memory,
     "reject_unresolved": reject_unresolved, "no_applicability": no_applicability,
     "no_hard_veto": no_hard_veto, "applicability_only": applicability_only,
+    "early_stop_extrapolation": early_stop_extrapolation,
 }
 WITHOUT_APPLICABILITY = frozenset({"no_applicability"})
 """Policies whose features are compiled with use_applicability=False."""
 COUNTS_AS_NEW = frozenset({"no_memory"})
 """Policies that spend the exploration quota on historical candidates too."""
+OWN_TRIAL_RULE = frozenset({"early_stop_extrapolation"})
+"""Policies whose trial verdict is their own rule on the trial's curve (policies.early_stop.policy_verdict),
+not the trial's verdict under the frozen thresholds."""
 
 
 # --- the public functions --------------------------------------------------------------

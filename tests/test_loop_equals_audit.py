@@ -39,9 +39,9 @@ def candidate(draw, i: int) -> dict:
 class DrawnPorts(FakePorts):
     """FakePorts whose features and trial verdicts are the drawn ones."""
 
-    def __init__(self, run_dir, rows, verdicts, gains):
+    def __init__(self, run_dir, rows, verdicts, gains, shapes=None):
         super().__init__(run_dir)
-        self.rows, self.verdicts, self.gains = rows, verdicts, gains
+        self.rows, self.verdicts, self.gains, self.shapes = rows, verdicts, gains, shapes or {}
 
     def compile(self, entry, ctx):
         return features_from_row(self.rows[entry.record.card.id])
@@ -49,19 +49,27 @@ class DrawnPorts(FakePorts):
     def trial(self, card, parent_dir, out_dir, run_key, measure):
         from experience_bank.results import TrialResult
 
+        from experience_bank.results import TrialPoint
+
         run = self._train(card, parent_dir, out_dir, run_key, self.gains[card.id] * 0.2, "trial")
-        return TrialResult(verdict=self.verdicts[card.id], delta_val=self.gains[card.id] * 0.2,
-                           retention_deltas={"ifeval.prompt_strict": 0.0}, reasons=("drawn",), train=run)
+        # the trial's curve (read by a policy with its own trial rule): none, or the target growing
+        # as f (linear) or f**0.3 (early) towards its 20 % reading
+        shape, end = self.shapes.get(card.id), self.gains[card.id] * 0.2
+        shares = (0.05, 0.10, 0.2) if shape else (0.2,)
+        curve = tuple(TrialPoint(fraction=f, step=max(1, round(f * 100)), retention_deltas={"ifeval.prompt_strict": 0.0},
+                                 delta_val=end * (f / 0.2) ** (1.0 if shape == "linear" else 0.3)) for f in shares)
+        return TrialResult(verdict=self.verdicts[card.id], delta_val=end, retention_deltas={"ifeval.prompt_strict": 0.0},
+                           reasons=("drawn",), train=run, curve=curve)
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from):
         return self._train(card, parent_dir, out_dir, run_key, self.gains[card.id], "train")
 
 
-def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict):
+def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict, shapes: dict | None = None):
     run_dir = Path(tempfile.mkdtemp(prefix="loop-audit-"))
     try:
         cards = tuple(r["id"] for r in rows)
-        ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains)
+        ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes)
         ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
                                       max_rejections=len(rows) + 1)
         try:
@@ -82,7 +90,8 @@ def test_loop_decides_as_the_audit_walk_says(policy, lease, data):
     rows = [data.draw(candidate(i), label=f"row{i}") for i in range(n)]
     verdicts = {r["id"]: data.draw(st.sampled_from(["pass", "fail", "inconclusive"])) for r in rows}
     gains = {r["id"]: data.draw(st.sampled_from([-3.0, 0.0, 4.0])) for r in rows}
-    events, outcomes, config = _episode(policy, lease, rows, verdicts, gains)
+    shapes = {r["id"]: data.draw(st.sampled_from([None, "linear", "early"])) for r in rows}
+    events, outcomes, config = _episode(policy, lease, rows, verdicts, gains, shapes)
     assert [e.candidate_id for e in events] == [r["id"] for r in rows]  # every candidate was decided
 
     cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
@@ -103,3 +112,22 @@ def test_no_memory_spends_its_quota_in_the_loop(tmp_path):
     events, _, _ = _episode("no_memory", 1, rows, {r["id"]: "fail" for r in rows}, {r["id"]: 0.0 for r in rows})
     assert [e.action for e in events] == ["validate"] * 3 + ["reject"] * 3
     assert {e.decision.rule for e in events[3:]} == {"no_memory.quota_exhausted"}
+
+
+def test_early_stop_extrapolation_acts_on_the_curve_and_records_the_trials_own_verdict():
+    """Three candidates whose trials all 'pass' at 20 %: early stop trains the one whose curve reaches
+    the 1 pp adoption threshold at full length (4 pp, linear), rejects the one that stays at 0 and
+    leaves the one without a curve to the lease (0: rejected); every event keeps the trial's own verdict."""
+    rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
+             "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
+            for i in range(3)]
+    gains = {"S00": 4.0, "S01": 0.0, "S02": 4.0}
+    events, outcomes, config = _episode("early_stop_extrapolation", 0, rows, {r["id"]: "pass" for r in rows}, gains,
+                                        {"S00": "early", "S01": "linear", "S02": None})
+    assert [e.trial_verdict for e in events] == ["pass"] * 3
+    assert [e.full_run for e in events] == ["ran", "not_authorized", "not_authorized"]
+    assert "extrapolated to 0 pp" in events[1].reason and "no curve" in events[2].reason
+    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
+                  outcomes.get(e.decision.decision_hash)) for e in events]
+    assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config)] == [True, False, False]
+    assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [True, True, True]

@@ -163,10 +163,20 @@ def _check_ledger_files(path: str) -> None:
         jsonl_lines(outcomes, "outcomes file", allow_empty=True)
 
 
+def _adoption_thresholds(path: str) -> dict[str, float] | None:
+    """The gate's adoption thresholds frozen in an episode directory's manifest (None for a bare ledger)."""
+    from agent.run.rundir import RunDir  # noqa: PLC0415 (pydantic records)
+
+    if not Path(path).is_dir():
+        return None
+    rd = RunDir(Path(path))
+    return dict(rd.manifest().gate.min_gain_pp) if rd.started() else None
+
+
 def cmd_audit(args) -> int:
     from policies.audit import audit  # noqa: PLC0415 (numpy)
     _check_ledger_files(args.path)
-    report = audit(args.path)
+    report = audit(args.path, _adoption_thresholds(args.path))
     if args.json:
         print(json.dumps(report, indent=1))
     else:

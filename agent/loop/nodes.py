@@ -30,6 +30,7 @@ from experience_bank.records import CandidateCard, Decision, Event, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
+from policies.early_stop import policy_verdict
 from policies.gate import trial_paired_se
 from trainers.steps import TrialRefused, curve_steps
 from trainers.trial import Reading, measurement
@@ -224,7 +225,10 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
-    return _after_verdict(ctx, state, result.verdict, "; ".join(result.reasons) or result.verdict)
+    verdict, own = policy_verdict(ctx.manifest.policy.name, result.verdict,
+                                  {k: p["target"] for k, p in result.curve_table().items()},
+                                  ctx.manifest.gate.min_gain_pp[card.family])
+    return _after_verdict(ctx, state, verdict, own or "; ".join(result.reasons) or result.verdict)
 
 
 def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Callable[[str], Any],
@@ -365,7 +369,10 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     decision = parse_model(Decision, ctx.rundir.decision_file(state["cursor"]).read_text(encoding="utf-8"))
     outcome, reason = _outcome(state)
     rejected = outcome == "rejected"
-    trial_verdict = state.get("trial_verdict") if state.get("trial_verdict") in ("pass", "fail", "inconclusive") else None
+    # the trial's own verdict (what every policy's counterfactual reads), also where a policy acted on its own rule
+    trial = None if rejected else ctx.rundir.trial(decision.decision_hash)
+    trial_verdict = trial.verdict if trial is not None else (
+        state.get("trial_verdict") if state.get("trial_verdict") in ("pass", "fail", "inconclusive") else None)
     effects = {} if rejected else _effects(ctx, state, decision)
     event = Event(episode_id=ctx.episode_id, seq=state.get("seq", 0), candidate_id=decision.candidate_id,
                   decision=decision, action=decision.action, cost_device_hours=effects.pop("cost_device_hours", 0.0),

@@ -54,7 +54,8 @@ def outcome_cell(event, card, manifest: Manifest):
         cls = outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=g.min_gain_pp[family],
                             ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.gate_decided_by == "hard_failures")
     fraction = _short_fraction(manifest.trial.fraction)
-    short = {fraction: event.trial_delta} if event.trial_delta is not None and fraction is not None else {}
+    short = {k: p["target"] for k, p in event.trial_curve.items() if k in _SHORT_KEYS}  # the trial's curve
+    short |= {fraction: event.trial_delta} if event.trial_delta is not None and fraction is not None else {}
     return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
                        family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
                        short=short, full=full, trial_device_hours=event.trial_device_hours,
@@ -63,6 +64,7 @@ def outcome_cell(event, card, manifest: Manifest):
 
 SHORT_FRACTIONS = (0.05, 0.10, 0.20)
 """The trial fractions an OutcomeCell keeps a short-run delta for (policies.audit's `short` keys)."""
+_SHORT_KEYS = frozenset(f"{f:.2f}" for f in SHORT_FRACTIONS)
 
 
 def _short_fraction(fraction: float) -> str | None:
