@@ -236,3 +236,9 @@ def test_the_cli_reads_retrospective_directories_one_world_each(tmp_path, capsys
     model = gonogo.loads((tmp_path / "m.json").read_text())
     names = model.feature_names
     assert model.mean[names.index("S")] == pytest.approx(0.1) and model.mean[names.index("grade_B")] == 1.0
+
+
+def test_agent_help_lists_gonogo(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0 and "gonogo" in capsys.readouterr().out

@@ -63,7 +63,7 @@ def register(sub) -> None:
 
 
 def _register_gonogo(sub) -> None:
-    g = sub.add_parser("gonogo", help="the learned go/no-go's held-out accuracy beside the 20 % trial's pass",
+    g = sub.add_parser("gonogo", help="the learned go/no-go's held-out accuracy beside the 20 %% trial's pass",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example:\n  agent gonogo docs/results/retrospective-default.json --alpha 0.1\n"
                               "  agent gonogo runs/retro-w0 runs/retro-w1 runs/retro-w2 --json")
