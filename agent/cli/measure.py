@@ -8,11 +8,15 @@ import shlex
 from pathlib import Path
 
 from experience_bank.errors import BadInput
+from experience_bank.files import write_atomic
+from experience_bank.hashing import loads_strict
 from agent.config import build_config
 from agent.experiments.executor import session, task_resources
-from agent.world.embedded import check_world_seed
+from agent.world.catalogue import catalogue, catalogue_sha256
+from agent.world.embedded import cached_world, check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
+from policies.curves import paired_run, paired_runs
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 """The five of the published comparison (docs/results/compare-default.md)."""
@@ -20,6 +24,7 @@ DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 
 def register(sub) -> None:
     """Add this module's subcommands to the `agent` parser."""
+    _register_gonogo(sub)
     p = sub.add_parser("compare", help="paired episodes per (policy, seed) and their paired statistics",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example:\n  agent compare --policies bcit,flat_additive --seeds 2 "
@@ -67,6 +72,83 @@ def register(sub) -> None:
     x.add_argument("--model", choices=("auto", "offset", "power"), default="auto",
                    help="growth model: auto (per group, the smaller leave-one-out error; default), offset or power")
     x.set_defaults(func=cmd_extrapolate)
+
+
+# --- agent gonogo: the learned go/no-go of Validate, measured held out (issue 27) ----------------
+
+
+def _register_gonogo(sub) -> None:
+    g = sub.add_parser("gonogo", help="the learned go/no-go's held-out accuracy beside the 20 %% trial's pass",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  agent gonogo docs/results/retrospective-default.json --alpha 0.1\n"
+                              "  agent gonogo runs/retro-w0 runs/retro-w1 runs/retro-w2 --json")
+    g.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="an executed retrospective directory (one per world) or a retrospective JSON with `cells`")
+    g.add_argument("--alpha", type=float, default=0.1, help="harmful among authorized to bound (default 0.1)")
+    g.add_argument("--delta", type=float, default=0.1, help="the bound holds with probability 1 - delta (default 0.1)")
+    g.add_argument("--json", action="store_true", help="print the whole evaluation as JSON (default: Markdown tables)")
+    g.add_argument("--model", default=None, help="also write the go/no-go fitted on every run to this JSON file")
+    g.set_defaults(func=cmd_gonogo)
+
+
+def _gonogo_source(path: Path) -> tuple[list, dict]:
+    """(paired runs, records by card id) of one source; cards only where this catalogue and world made it."""
+    if path.is_file():
+        doc = loads_strict(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
+            raise BadInput(f"{path} has no `cells` list: pass a retrospective JSON such as "
+                           "docs/results/retrospective-default.json, or an executed retrospective directory")
+        ws = int(doc.get("ledger", {}).get("world_seed", 0))
+        return [paired_run(c, world_seed=ws) for c in doc["cells"]], {}
+    if not path.is_dir():
+        raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
+    features = path / "features.jsonl"
+    records = ({(row := loads_strict(line))["cell"]: row["features"] for line in features.read_text().splitlines()}
+               if features.is_file() else {})
+    return paired_runs(path, cards=_gonogo_cards(path)), records
+
+
+def _gonogo_cards(path: Path) -> dict:
+    """The catalogue's cards of a retrospective directory, where its catalogue is this one and its world is cached."""
+    ledger = path / "ledger.json"
+    if not ledger.is_file():
+        return {}
+    facts = loads_strict(ledger.read_text(encoding="utf-8"))
+    if facts.get("catalogue_sha256") != catalogue_sha256():
+        return {}
+    world = cached_world(str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0)))
+    return {c.id: c for c in catalogue(world)} if world is not None else {}
+
+
+def _trial_passes(run) -> bool:
+    """The 20 % trial's verdict (trainers.trial.verdict under the retrospective's thresholds) is pass."""
+    from agent.experiments.retrospective import TRIAL_THRESHOLDS  # noqa: PLC0415 (torch, through the world)
+    from trainers.trial import verdict  # noqa: PLC0415 (torch)
+
+    point = next(p for p in run.curve if abs(p.fraction - 0.2) < 1e-9)
+    failures = ("sanity",) if point.hard_failure else ()
+    return verdict(point.target_pp, point.retention_pp, (), TRIAL_THRESHOLDS, train_failures=failures)[0] == "pass"
+
+
+def cmd_gonogo(args) -> int:
+    from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP  # noqa: PLC0415 (scipy)
+    from policies import gonogo  # noqa: PLC0415 (scikit-learn)
+    from policies.gonogo_eval import evaluate, markdown  # noqa: PLC0415 (scikit-learn)
+
+    gonogo.check_levels(args.alpha, args.delta)
+    runs, records = [], {}
+    for source in args.sources:
+        r, rec = _gonogo_source(Path(source))
+        runs, records = runs + r, records | rec
+    rule = dict(alpha=args.alpha, delta=args.delta, band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP)
+    result = evaluate(runs, records, baselines={"trial pass @0.20": _trial_passes}, **rule)
+    if args.model:
+        write_atomic(Path(args.model), gonogo.dumps(gonogo.fit(runs, records, **rule)))
+    if args.json:
+        print(result.model_dump_json(indent=1))
+    else:
+        print(markdown(result), end="")
+    return 0
 
 
 def _execution_flags(p) -> None:

@@ -1,0 +1,350 @@
+"""The learned go/no-go of Validate (issue 27, item 3): P(beneficial) and P(harmful) of a full run
+from its short runs' curve, its card and its record, with a threshold that bounds the harmful
+share of what it authorizes.
+
+Input: policies.curves.PairedRun (the one record of a short run beside its full run) and, where
+known, the record's S, A and grade (its compiled Features). `features` is the one owner of the
+feature list; `fit` trains, `decide` applies, `evaluate` (policies/gonogo_eval.py) measures it
+on held-out worlds or cards.
+
+Model: two L2-regularised logistic regressions (scikit-learn), one-vs-rest, harmful vs the rest
+and beneficial vs the rest, on standardised features. Why not a gradient-boosted model as in
+TuneAhead: that fitted 370+ runs; the bank holds 24-72 paired runs (one to three seeds of 24
+cards) and about 35 features, where trees memorise and a linear model with a fixed penalty
+(C = DEFAULT_C, sklearn's default, chosen before any outcome was seen, not tuned) does not. Why
+one-vs-rest and not multinomial: the decision reads P(harmful) alone, and a binary logistic's
+log-odds are exactly the sum of its features' contributions (coefficient x standardised value),
+which is what the report shows for every decision. A head whose training runs hold one class
+only (e.g. no beneficial run) is a constant at the smoothed rate (k + 0.5) / (n + 1): say so, do
+not pretend to learn.
+
+Threshold (Learn-then-Test, Angelopoulos et al. 2021): go iff P(harmful) <= t, t from the fixed
+grid THRESHOLDS. On calibration runs each t is tested for "harmful among authorized <= alpha"
+with the one-sided Clopper-Pearson upper bound at level 1 - delta / len(THRESHOLDS) (Bonferroni
+over the grid: with probability >= 1 - delta every t that passes has a harmful share <= alpha,
+given exchangeable runs and the binomial model of the authorized runs); the most permissive t that
+passes is chosen, and none passing means "authorize nothing" (threshold None). Calibration runs
+are either given (a split: the finite-sample statement above holds) or, by default, the training
+runs' own out-of-group predictions (cross-fitting, as in CV+: no held-out run is spent, and the
+guarantee becomes approximate; the record says which).
+
+Stored as JSON (a Frozen record; never pickle): standardisation, coefficients, feature names,
+the training-data hash, library version, alpha, delta and the threshold. Prediction is computed
+from the stored numbers; tests check it equals sklearn's predict_proba.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import sklearn
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+from experience_bank.errors import BadInput
+from experience_bank.hashing import content_hash
+from experience_bank.records import Frozen, parse_model
+from policies.curves import RETENTION, PairedRun
+from policies.stats import clopper_pearson
+
+FRACTIONS = (0.05, 0.10, 0.20)
+"""The short-run shares whose points are features (the trial is the last)."""
+FAMILIES = ("finance", "sql", "function")
+GRADES = ("A", "B", "C")
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 21))
+"""The candidate thresholds on P(harmful), fixed before any data (Bonferroni counts them)."""
+DEFAULT_C = 1.0
+"""Inverse L2 strength of both heads: sklearn's default, not tuned on the bank's outcomes."""
+
+Record = Mapping[str, Any]
+"""A record's numbers the go/no-go reads: S, A and grade (a compiled Features dump, or a subset)."""
+
+
+# --- features: the one list ---------------------------------------------------------------------
+
+
+def _point(run: PairedRun, fraction: float):
+    return next((p for p in run.curve if math.isclose(p.fraction, fraction)), None)
+
+
+def _curve_features(run: PairedRun) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for f in FRACTIONS:
+        p = _point(run, f)
+        out[f"target@{f:.2f}"] = p.target_pp if p else 0.0
+        for m in RETENTION:
+            out[f"{m}@{f:.2f}"] = p.retention_pp.get(m, 0.0) if p else 0.0
+        out[f"missing@{f:.2f}"] = 0.0 if p else 1.0
+    first, last = _point(run, FRACTIONS[0]), _point(run, FRACTIONS[-1])
+    span = FRACTIONS[-1] - FRACTIONS[0]
+    both = first is not None and last is not None
+    out["target_slope"] = (last.target_pp - first.target_pp) / span if both else 0.0
+    # Retention's worst metric: the outcome rule fails a run on either IFEval metric.
+    out["retention_min_slope"] = ((min(last.retention_pp.values()) - min(first.retention_pp.values())) / span
+                                  if both else 0.0)
+    out["trial_hard_failure"] = float(any(p.hard_failure for p in run.curve))
+    return out
+
+
+def _known(name: str, value: float | None) -> dict[str, float]:
+    """A numeric feature and its missing flag: unknown is 0 with the flag set, never a guess."""
+    return {name: 0.0 if value is None else float(value), f"{name}_missing": float(value is None)}
+
+
+def _card_features(run: PairedRun) -> dict[str, float]:
+    out = {"method_grpo": float(run.method == "grpo")}
+    out |= {f"family_{f}": float(run.family == f) for f in FAMILIES}
+    out |= {"adapter_lora": float(run.adapter == "lora"), "adapter_missing": float(run.adapter is None)}
+    out |= _known("log10_lr", None if run.learning_rate is None else math.log10(run.learning_rate))
+    out |= _known("log2_steps", None if run.nominal_steps is None else math.log2(run.nominal_steps))
+    out |= _known("replay_share", run.replay_share)
+    return out
+
+
+def _record_features(record: Record | None) -> dict[str, float]:
+    record = record or {}
+    grade = record.get("grade")
+    out = _known("S", record.get("S")) | _known("A", record.get("A"))
+    return out | {f"grade_{g}": float(grade == g) for g in GRADES} | {"grade_missing": float(grade is None)}
+
+
+def features(run: PairedRun, record: Record | None = None) -> dict[str, float]:
+    """The go/no-go's named features of one run (the same names, in the same order, for every run)."""
+    return _curve_features(run) | _card_features(run) | _record_features(record)
+
+
+FEATURE_NAMES: tuple[str, ...] = tuple(features(PairedRun(
+    card_id="X", family="sql", method="sft", seed=0, world_seed=0, curve=(),
+    full={"fraction": 1.0, "target_pp": 0.0, "retention_pp": {}})))
+
+
+def matrix(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> np.ndarray:
+    """Runs x FEATURE_NAMES; a run's record is looked up by its card id."""
+    records = records or {}
+    return np.array([[features(r, records.get(r.card_id))[n] for n in FEATURE_NAMES] for r in runs], dtype=float)
+
+
+# --- the stored model ------------------------------------------------------------------------------
+
+
+class Head(Frozen):
+    """One binary logistic P(class | x) = sigmoid(intercept + coef . z), z the standardised features."""
+
+    coef: tuple[float, ...]
+    intercept: float
+    kind: Literal["logistic", "constant"]
+    """constant: the training runs held one class only; the smoothed rate, coef all 0."""
+    positives: int
+    """Training runs of this head's class."""
+
+
+class Threshold(Frozen):
+    """The Learn-then-Test choice on P(harmful)."""
+
+    threshold: float | None
+    """go iff P(harmful) <= threshold; None: no candidate passed, authorize nothing."""
+    calibration: Literal["cross-fitted", "split"]
+    n_calibration: int
+    authorized: int
+    """Calibration runs the chosen threshold authorizes (0 when None)."""
+    harmful: int
+    """Harmful runs among them."""
+    upper_bound: float | None
+    """Their harmful share's one-sided Clopper-Pearson bound at 1 - delta / len(THRESHOLDS)."""
+
+
+class GoNoGo(Frozen):
+    """A fitted go/no-go: everything prediction needs, as data (stored as JSON, never pickled)."""
+
+    feature_names: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    harmful: Head
+    beneficial: Head
+    C: float
+    alpha: float
+    """Harmful among authorized the threshold bounds."""
+    delta: float
+    """The bound holds with probability 1 - delta."""
+    threshold: Threshold
+    band: float
+    ifeval_drop_pp: float
+    """The outcome rule's settings the labels were made with (policies.outcomes)."""
+    n_train: int
+    training_hash: str
+    """training_hash of the runs and records it was fitted on."""
+    library_version: int | None
+    sklearn_version: str
+
+
+def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> str:
+    """content_hash of the training data: the runs in order and the records they read."""
+    used = {r.card_id for r in runs}
+    return content_hash({"runs": [r.model_dump(mode="json") for r in runs],
+                         "records": {k: _record_features(v) for k, v in sorted((records or {}).items()) if k in used}})
+
+
+def dumps(model: GoNoGo) -> str:
+    return model.model_dump_json()
+
+
+def loads(text: str) -> GoNoGo:
+    """A stored go/no-go from its JSON; BadInput on any defect."""
+    return parse_model(GoNoGo, text, "go/no-go model")
+
+
+# --- fitting ------------------------------------------------------------------------------------------
+
+
+def _labels(runs: Sequence[PairedRun], band: float, ifeval_drop_pp: float) -> list[str]:
+    return [r.outcome(band=band, ifeval_drop_pp=ifeval_drop_pp) for r in runs]
+
+
+def _head(z: np.ndarray, y: np.ndarray, C: float) -> Head:
+    k = int(y.sum())
+    if k in (0, len(y)):
+        rate = (k + 0.5) / (len(y) + 1)
+        return Head(coef=(0.0,) * z.shape[1], intercept=math.log(rate / (1 - rate)), kind="constant", positives=k)
+    lr = LogisticRegression(C=C, max_iter=5000).fit(z, y)
+    return Head(coef=tuple(float(c) for c in lr.coef_[0]), intercept=float(lr.intercept_[0]), kind="logistic",
+                positives=k)
+
+
+def _standardiser(x: np.ndarray) -> StandardScaler:
+    return StandardScaler().fit(x)
+
+
+def _fit_heads(x: np.ndarray, labels: Sequence[str], C: float) -> tuple[StandardScaler, Head, Head]:
+    scaler = _standardiser(x)
+    z = scaler.transform(x)
+    y = np.array(labels)
+    return scaler, _head(z, (y == "harmful").astype(int), C), _head(z, (y == "beneficial").astype(int), C)
+
+
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _proba(head: Head, z: np.ndarray) -> np.ndarray:
+    return _sigmoid(head.intercept + z @ np.array(head.coef))
+
+
+def predict(model: GoNoGo, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P(beneficial), P(harmful)) of each row of a features matrix, from the stored numbers alone."""
+    z = (np.asarray(x, dtype=float) - np.array(model.mean)) / np.array(model.scale)
+    return _proba(model.beneficial, z), _proba(model.harmful, z)
+
+
+def groups_of(runs: Sequence[PairedRun]) -> tuple[Literal["world", "card"], list[str]]:
+    """Held-out groups: one per world seed where runs carry several, else one per card (all its seeds)."""
+    if len({r.world_seed for r in runs}) > 1:
+        return "world", [f"world {r.world_seed}" for r in runs]
+    return "card", [r.card_id for r in runs]
+
+
+def out_of_group_p_harm(x: np.ndarray, labels: Sequence[str], groups: Sequence[str], C: float) -> np.ndarray:
+    """Each run's P(harmful) from a model fitted without its group (the cross-fitted calibration scores)."""
+    groups_arr, out = np.array(groups), np.empty(len(labels))
+    for g in dict.fromkeys(groups):
+        inside = groups_arr == g
+        scaler, harm, _ = _fit_heads(x[~inside], [lab for lab, i in zip(labels, inside) if not i], C)
+        out[inside] = _proba(harm, scaler.transform(x[inside]))
+    return out
+
+
+def check_levels(alpha: float, delta: float) -> None:
+    if not (0 < alpha < 1 and 0 < delta < 1):
+        raise BadInput(f"alpha {alpha} and delta {delta} must lie in (0, 1): e.g. --alpha 0.1 --delta 0.1")
+
+
+def _confidence(delta: float) -> float:
+    """Two-sided CP at 1 - 2d is the one-sided bound at 1 - d; d = delta / m for m tested thresholds."""
+    return 1 - 2 * delta / len(THRESHOLDS)
+
+
+def min_authorized(alpha: float, delta: float) -> int:
+    """The fewest authorized calibration runs, all of them not harmful, whose bound can pass alpha:
+    below it no threshold can be chosen, whatever the model."""
+    check_levels(alpha, delta)
+    # CP upper of 0/n at one-sided level 1 - d is 1 - d^(1/n) <= alpha  <=>  n >= log d / log(1 - alpha).
+    n = math.ceil(math.log(delta / len(THRESHOLDS)) / math.log(1 - alpha))
+    return n if clopper_pearson(0, n, _confidence(delta))[1] <= alpha else n + 1
+
+
+def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha: float, delta: float,
+                     calibration: Literal["cross-fitted", "split"] = "split") -> Threshold:
+    """Learn-then-Test: the most permissive t of THRESHOLDS whose harmful-among-authorized bound is <= alpha."""
+    check_levels(alpha, delta)
+    p, h = np.asarray(p_harm, dtype=float), np.asarray(harmful, dtype=bool)
+    confidence = _confidence(delta)
+    chosen = Threshold(threshold=None, calibration=calibration, n_calibration=len(p), authorized=0, harmful=0,
+                       upper_bound=None)
+    for t in THRESHOLDS:
+        go = p <= t
+        n, k = int(go.sum()), int((go & h).sum())
+        upper = clopper_pearson(k, n, confidence)[1] if n else math.nan
+        if n and upper <= alpha:
+            chosen = Threshold(threshold=t, calibration=calibration, n_calibration=len(p), authorized=n, harmful=k,
+                               upper_bound=upper)
+    return chosen
+
+
+def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, *, alpha: float, delta: float = 0.1,
+        band: float, ifeval_drop_pp: float, C: float = DEFAULT_C, library_version: int | None = None,
+        calibration: Sequence[PairedRun] | None = None) -> GoNoGo:
+    """Fit both heads on `runs` and choose the threshold on `calibration` (None: cross-fitted scores
+    of `runs` themselves, one model per held-out group of groups_of)."""
+    check_levels(alpha, delta)
+    if len(runs) < 2:
+        raise BadInput(f"a go/no-go needs at least 2 paired runs, got {len(runs)}: pass more retrospective cells")
+    x, labels = matrix(runs, records), _labels(runs, band, ifeval_drop_pp)
+    scaler, harm, ben = _fit_heads(x, labels, C)
+    model = GoNoGo(feature_names=FEATURE_NAMES, mean=tuple(float(v) for v in scaler.mean_),
+                   scale=tuple(float(v) for v in scaler.scale_), harmful=harm, beneficial=ben, C=C, alpha=alpha,
+                   delta=delta, threshold=Threshold(threshold=None, calibration="split", n_calibration=0,
+                                                    authorized=0, harmful=0, upper_bound=None),
+                   band=band, ifeval_drop_pp=ifeval_drop_pp, n_train=len(runs),
+                   training_hash=training_hash(runs, records), library_version=library_version,
+                   sklearn_version=sklearn.__version__)
+    if calibration is not None:
+        cal_labels = _labels(calibration, band, ifeval_drop_pp)
+        p_harm = predict(model, matrix(calibration, records))[1]
+        kind: Literal["cross-fitted", "split"] = "split"
+    else:
+        cal_labels, kind = labels, "cross-fitted"
+        p_harm = out_of_group_p_harm(x, labels, groups_of(runs)[1], C)
+    chosen = choose_threshold(p_harm, [lab == "harmful" for lab in cal_labels], alpha=alpha, delta=delta,
+                              calibration=kind)
+    return model.model_copy(update={"threshold": chosen})
+
+
+# --- deciding -------------------------------------------------------------------------------------------
+
+
+class GoDecision(Frozen):
+    """One go/no-go with the numbers behind it, for the report."""
+
+    go: bool
+    p_beneficial: float
+    p_harmful: float
+    threshold: float | None
+    contributions: dict[str, float]
+    """Feature -> coefficient x standardised value in P(harmful)'s log-odds (positive: toward no-go)."""
+
+
+def decide(model: GoNoGo, run_features: Mapping[str, float]) -> GoDecision:
+    """Go iff P(harmful) <= the model's threshold (never, when it has none)."""
+    missing = [n for n in model.feature_names if n not in run_features]
+    if missing:
+        raise BadInput(f"features lack {missing[:3]}: compute them with policies.gonogo.features")
+    x = np.array([[float(run_features[n]) for n in model.feature_names]])
+    p_ben, p_harm = (float(v[0]) for v in predict(model, x))
+    z = (x[0] - np.array(model.mean)) / np.array(model.scale)
+    contributions = {n: float(c * v) for n, c, v in zip(model.feature_names, model.harmful.coef, z)}
+    t = model.threshold.threshold
+    return GoDecision(go=t is not None and p_harm <= t, p_beneficial=p_ben, p_harmful=p_harm, threshold=t,
+                      contributions=contributions)
+

@@ -1,0 +1,167 @@
+"""Held-out evaluation of the learned go/no-go (policies/gonogo.py) beside the existing rule.
+
+Leave-one-group-out (gonogo.groups_of: one world seed at a time where the runs carry several,
+else one card at a time with all its seeds): the model and its threshold are fitted on the other
+groups only (the threshold on their cross-fitted scores) and decide the held-out group's runs.
+Truth: go = the full run is beneficial (policies.outcomes, through PairedRun.outcome).
+
+Rules compared on the same held-out runs, each with accuracy, precision, recall and harmful
+among authorized, every rate with its 95 % Clopper-Pearson interval:
+- `gonogo`: go iff P(harmful) <= the Learn-then-Test threshold of the fold's model;
+- `p_harmful<0.5` and `p_beneficial>=0.5`: the same models at a fixed, uncalibrated 0.5 (how
+  well they rank, apart from what the alpha bound allows);
+- each of `baselines` (by name): an existing rule, e.g. the 20 % trial's pass;
+- `none`: authorize nothing, the floor any rule has to beat where beneficial runs are rare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from experience_bank.errors import BadInput
+from experience_bank.records import Frozen
+from policies import gonogo
+from policies.curves import PairedRun
+from policies.stats import clopper_pearson
+
+
+Baseline = Callable[[PairedRun], bool]
+"""An existing rule's go for a run (e.g. the 20 % trial's pass), for the comparison."""
+
+
+class Rate(Frozen):
+    k: int
+    n: int
+    value: float | None
+    """k / n; None when n = 0."""
+    ci95: tuple[float, float] | None
+    """Clopper-Pearson 95 %; None when n = 0."""
+
+
+class RuleFigures(Frozen):
+    go: int
+    """Runs the rule authorized."""
+    accuracy: Rate
+    precision: Rate
+    """Beneficial among authorized."""
+    recall: Rate
+    """Authorized among beneficial."""
+    harmful_among_authorized: Rate
+
+
+class Fold(Frozen):
+    held_out: str
+    n_held_out: int
+    training_hash: str
+    """gonogo.training_hash of the runs the fold's model was fitted on (never the held-out group's)."""
+    threshold: float | None
+
+
+class HeldOut(Frozen):
+    """One run's held-out prediction."""
+
+    card_id: str
+    seed: int
+    world_seed: int
+    outcome: str
+    p_beneficial: float
+    p_harmful: float
+    go: bool
+    baseline_go: dict[str, bool]
+    """Each baseline's go, by name."""
+
+
+class Evaluation(Frozen):
+    grouping: Literal["world", "card"]
+    n_runs: int
+    outcomes: dict[str, int]
+    alpha: float
+    delta: float
+    rules: dict[str, RuleFigures]
+    auc_harmful: float | None
+    """ROC AUC of the held-out P(harmful) for harmful runs; None with one class only."""
+    folds: tuple[Fold, ...]
+    runs: tuple[HeldOut, ...]
+
+
+def rate(k: int, n: int) -> Rate:
+    return Rate(k=k, n=n, value=k / n if n else None, ci95=clopper_pearson(k, n) if n else None)
+
+
+def figures(go: Sequence[bool], outcome: Sequence[str]) -> RuleFigures:
+    """A go/no-go rule's figures against the full runs' classes (go is right iff beneficial)."""
+    g, ben = np.asarray(go, dtype=bool), np.array([o == "beneficial" for o in outcome])
+    harm = np.array([o == "harmful" for o in outcome])
+    return RuleFigures(go=int(g.sum()), accuracy=rate(int((g == ben).sum()), len(g)),
+                       precision=rate(int((g & ben).sum()), int(g.sum())),
+                       recall=rate(int((g & ben).sum()), int(ben.sum())),
+                       harmful_among_authorized=rate(int((g & harm).sum()), int(g.sum())))
+
+
+def text(r: Rate) -> str:
+    """`k/n = value [low, high]` (or `0/0`), three decimals."""
+    if r.value is None or r.ci95 is None:
+        return f"{r.k}/{r.n}"
+    return f"{r.k}/{r.n} = {r.value:.3f} [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]"
+
+
+def markdown(e: Evaluation) -> str:
+    """The evaluation's tables (rules, then folds' thresholds) as Markdown."""
+    auc = "undefined (one class)" if e.auc_harmful is None else f"{e.auc_harmful:.3f}"
+    lines = [f"{e.n_runs} paired runs ({', '.join(f'{k} {v}' for k, v in e.outcomes.items())}), held out one {e.grouping} "
+             f"at a time ({len(e.folds)} folds); alpha = {e.alpha}, delta = {e.delta}; held-out ROC AUC of "
+             f"P(harmful) for harmful runs: {auc}.", "",
+             "| rule | go | accuracy | precision (beneficial / go) | recall (go / beneficial) | harmful / go |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {f.go} | {text(f.accuracy)} | {text(f.precision)} | {text(f.recall)} | "
+              f"{text(f.harmful_among_authorized)} |" for name, f in e.rules.items()]
+    thresholds = [f.threshold for f in e.folds]
+    lines += ["", f"Fold thresholds on P(harmful): {sum(t is None for t in thresholds)} of {len(thresholds)} folds "
+              f"authorize nothing (no threshold passed the bound); the others: "
+              f"{sorted(t for t in thresholds if t is not None) or 'none'}. Any threshold needs at least "
+              f"{gonogo.min_authorized(e.alpha, e.delta)} authorized calibration runs, none of them harmful, "
+              f"to pass at this alpha and delta."]
+    return "\n".join(lines) + "\n"
+
+
+def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | None = None, *, alpha: float,
+             delta: float = 0.1, band: float, ifeval_drop_pp: float, C: float = gonogo.DEFAULT_C,
+             baselines: Mapping[str, Baseline] | None = None) -> Evaluation:
+    """Leave-one-group-out go/no-go figures of the model and of each baseline on the same runs."""
+    gonogo.check_levels(alpha, delta)
+    grouping, groups = gonogo.groups_of(runs)
+    if len(set(groups)) < 3:
+        raise BadInput(f"held-out evaluation needs at least 3 {grouping}s, got {len(set(groups))}: "
+                       "pass more retrospective cells or worlds")
+    folds, held = [], {}
+    for g in dict.fromkeys(groups):
+        train = [r for r, gr in zip(runs, groups) if gr != g]
+        test = [i for i, gr in enumerate(groups) if gr == g]
+        model = gonogo.fit(train, records, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C)
+        x = gonogo.matrix([runs[i] for i in test], records)
+        for i, row in zip(test, x):
+            held[i] = gonogo.decide(model, dict(zip(gonogo.FEATURE_NAMES, row)))
+        folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
+                          threshold=model.threshold.threshold))
+    outcome = [r.outcome(band=band, ifeval_drop_pp=ifeval_drop_pp) for r in runs]
+    p_ben = [held[i].p_beneficial for i in range(len(runs))]
+    p_harm = [held[i].p_harmful for i in range(len(runs))]
+    base = {name: [rule(r) for r in runs] for name, rule in (baselines or {}).items()}
+    rules = {"gonogo": figures([held[i].go for i in range(len(runs))], outcome),
+             "p_harmful<0.5": figures([p < 0.5 for p in p_harm], outcome),
+             "p_beneficial>=0.5": figures([p >= 0.5 for p in p_ben], outcome),
+             "none": figures([False] * len(runs), outcome)}
+    rules |= {name: figures(go, outcome) for name, go in base.items()}
+    harm = [o == "harmful" for o in outcome]
+    return Evaluation(
+        grouping=grouping, n_runs=len(runs), outcomes={k: outcome.count(k) for k in ("beneficial", "harmful", "neutral")},
+        alpha=alpha, delta=delta, rules=rules,
+        auc_harmful=float(roc_auc_score(harm, p_harm)) if 0 < sum(harm) < len(harm) else None,
+        folds=tuple(folds),
+        runs=tuple(HeldOut(card_id=r.card_id, seed=r.seed, world_seed=r.world_seed, outcome=o, p_beneficial=held[i].p_beneficial,
+                           p_harmful=held[i].p_harmful, go=held[i].go, baseline_go={name: go[i] for name, go in base.items()})
+                   for i, (r, o) in enumerate(zip(runs, outcome))))

@@ -1,0 +1,244 @@
+"""The learned go/no-go (policies/gonogo.py), its held-out evaluation (policies/gonogo_eval.py) and `agent gonogo`."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from agent.cli.main import main
+from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
+from experience_bank.errors import BadInput
+from policies import gonogo
+from policies.curves import CurvePoint, PairedRun, paired_run
+from policies.gonogo_eval import evaluate
+from policies.stats import clopper_pearson
+
+DOC = Path(__file__).parents[1] / "docs/results/retrospective-default.json"
+RULE = dict(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP)
+
+
+def _point(fraction: float, target: float, retention: float) -> CurvePoint:
+    return CurvePoint(fraction=fraction, target_pp=target,
+                      retention_pp={"ifeval.prompt_strict": retention, "ifeval.inst_strict": retention})
+
+
+def _run(rng, card: str, seed: int = 0, world: int = 0, **card_fields) -> PairedRun:
+    """A run whose trial foretells its full run, with noise: harmful, neutral or beneficial."""
+    kind = rng.integers(3)
+    target, retention = [(-4.0, -3.0), (0.0, 0.0), (4.0, 1.0)][kind]
+    curve = tuple(_point(f, target * f * 5 + rng.normal(0, 1), retention * f * 5 + rng.normal(0, 1))
+                  for f in (0.05, 0.10, 0.20))
+    return PairedRun(card_id=card, family="sql", method="sft", seed=seed, world_seed=world, curve=curve,
+                     full=_point(1.0, target + rng.normal(0, 0.2), retention), **card_fields)
+
+
+def _runs(n_cards: int = 12, seeds: int = 2, worlds: int = 1, rng_seed: int = 0) -> list[PairedRun]:
+    rng = np.random.default_rng(rng_seed)
+    return [_run(rng, f"C{c:02d}", s, w) for w in range(worlds) for c in range(n_cards) for s in range(seeds)]
+
+
+# --- features ----------------------------------------------------------------------------------------
+
+
+def test_features_are_named_deterministic_and_flag_what_is_unknown():
+    cell = json.loads(DOC.read_text())["cells"][0]
+    run = paired_run(cell, world_seed=0)
+    f = gonogo.features(run)
+    assert tuple(f) == gonogo.FEATURE_NAMES and f == gonogo.features(paired_run(cell, world_seed=0))
+    assert f["target@0.20"] == cell["short"]["0.20"]["target"]
+    assert f["ifeval.inst_strict@0.10"] == cell["short"]["0.10"]["ifeval"]["inst_strict"]
+    assert f["target_slope"] == pytest.approx((2.4531 - 2.4531) / 0.15)
+    assert f["retention_min_slope"] == pytest.approx((3.9473 - 0.0) / 0.15)
+    assert f["family_finance"] == 1.0 and f["method_grpo"] == 0.0
+    assert (f["log10_lr_missing"], f["adapter_missing"], f["S_missing"], f["grade_missing"]) == (1.0, 1.0, 1.0, 1.0)
+    known = run.model_copy(update={"adapter": "lora", "learning_rate": 1e-3, "nominal_steps": 128, "replay_share": 0.25})
+    g = gonogo.features(known, {"S": 0.4, "A": 0.9, "grade": "B"})
+    assert (g["adapter_lora"], g["log10_lr"], g["log2_steps"], g["replay_share"]) == (1.0, -3.0, 7.0, 0.25)
+    assert (g["S"], g["A"], g["grade_B"], g["grade_missing"], g["log10_lr_missing"]) == (0.4, 0.9, 1.0, 0.0, 0.0)
+
+
+def test_a_missing_short_run_is_flagged_not_guessed():
+    run = _runs(1, 1)[0]
+    f = gonogo.features(run.model_copy(update={"curve": run.curve[1:]}))
+    assert (f["missing@0.05"], f["target@0.05"], f["target_slope"], f["missing@0.20"]) == (1.0, 0.0, 0.0, 0.0)
+
+
+# --- the stored model --------------------------------------------------------------------------------
+
+
+def test_the_json_model_predicts_what_sklearn_predicts():
+    runs = _runs()
+    model = gonogo.fit(runs, alpha=0.2, **RULE)
+    loaded = gonogo.loads(gonogo.dumps(model))
+    assert loaded == model and loaded.harmful.kind == loaded.beneficial.kind == "logistic"
+    x = gonogo.matrix(runs)
+    labels = np.array([r.outcome(**RULE) for r in runs])
+    p_ben, p_harm = gonogo.predict(loaded, x)
+    for p, cls in ((p_harm, "harmful"), (p_ben, "beneficial")):
+        ref = make_pipeline(StandardScaler(), LogisticRegression(C=gonogo.DEFAULT_C, max_iter=5000))
+        ref.fit(x, labels == cls)
+        np.testing.assert_allclose(p, ref.predict_proba(x)[:, 1], rtol=1e-12, atol=1e-14)
+    assert loaded.training_hash == gonogo.training_hash(runs) != gonogo.training_hash(runs[1:])
+
+
+def test_a_decision_carries_its_probabilities_and_log_odds_contributions():
+    runs = _runs()
+    model = gonogo.fit(runs, alpha=0.2, **RULE).model_copy(update={"threshold": gonogo.Threshold(
+        threshold=0.5, calibration="split", n_calibration=0, authorized=0, harmful=0, upper_bound=None)})
+    d = gonogo.decide(model, gonogo.features(runs[0]))
+    assert set(d.contributions) == set(gonogo.FEATURE_NAMES)
+    log_odds = math.log(d.p_harmful / (1 - d.p_harmful))
+    assert model.harmful.intercept + sum(d.contributions.values()) == pytest.approx(log_odds)
+    assert d.go == (d.p_harmful <= 0.5)
+    with pytest.raises(BadInput, match="features lack"):
+        gonogo.decide(model, {"target@0.20": 1.0})
+
+
+def test_a_head_with_one_class_is_a_stated_constant():
+    runs = [r for r in _runs(20, 1) if r.outcome(**RULE) != "beneficial"]
+    model = gonogo.fit(runs, alpha=0.2, **RULE)
+    assert model.beneficial.kind == "constant" and model.beneficial.positives == 0
+    assert gonogo.predict(model, gonogo.matrix(runs[:1]))[0][0] == pytest.approx(0.5 / (len(runs) + 1))
+
+
+def test_a_broken_model_file_is_refused_in_one_line():
+    with pytest.raises(BadInput, match="invalid go/no-go model"):
+        gonogo.loads('{"feature_names": []}')
+
+
+# --- Learn-then-Test ---------------------------------------------------------------------------------
+
+
+def test_the_threshold_is_the_most_permissive_that_passes_the_bound():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(size=400)
+    harmful = rng.uniform(size=400) < p ** 3  # the harmful share grows with the score
+    alpha, delta = 0.1, 0.1
+    chosen = gonogo.choose_threshold(p, harmful, alpha=alpha, delta=delta)
+    conf = 1 - 2 * delta / len(gonogo.THRESHOLDS)
+
+    def bound(t):
+        go = p <= t
+        return clopper_pearson(int((go & harmful).sum()), int(go.sum()), conf)[1]
+
+    assert chosen.threshold is not None and 0.05 < chosen.threshold < 1.0
+    assert chosen.upper_bound == bound(chosen.threshold) <= alpha
+    assert chosen.harmful / chosen.authorized <= alpha
+    assert all(bound(t) > alpha for t in gonogo.THRESHOLDS if t > chosen.threshold)
+
+
+def test_no_threshold_when_the_bound_cannot_be_met():
+    n = gonogo.min_authorized(0.1, 0.1)
+    assert gonogo.choose_threshold([0.01] * (n - 1), [False] * (n - 1), alpha=0.1, delta=0.1).threshold is None
+    assert gonogo.choose_threshold([0.01] * n, [False] * n, alpha=0.1, delta=0.1).threshold == 1.0
+    all_harmful = gonogo.choose_threshold([0.01] * 500, [True] * 500, alpha=0.1, delta=0.1)
+    assert (all_harmful.threshold, all_harmful.authorized) == (None, 0)
+    with pytest.raises(BadInput, match="must lie in"):
+        gonogo.choose_threshold([0.1], [False], alpha=0.0, delta=0.1)
+
+
+# --- held-out evaluation -----------------------------------------------------------------------------
+
+
+def test_each_fold_trains_on_the_other_cards_only():
+    runs = _runs(6, 2)
+    e = evaluate(runs, alpha=0.2, baselines={"trial up": lambda r: r.curve[-1].target_pp >= 1.0}, **RULE)
+    assert e.grouping == "card" and [f.held_out for f in e.folds] == [f"C{c:02d}" for c in range(6)]
+    for fold in e.folds:
+        others = [r for r in runs if r.card_id != fold.held_out]
+        assert fold.n_held_out == 2 and fold.training_hash == gonogo.training_hash(others)
+    assert e.rules["trial up"].go == sum(r.curve[-1].target_pp >= 1.0 for r in runs)
+    assert e.rules["none"].accuracy.k == e.outcomes["harmful"] + e.outcomes["neutral"]
+
+
+def test_several_worlds_are_held_out_one_world_at_a_time():
+    runs = _runs(4, 1, worlds=3)
+    e = evaluate(runs, alpha=0.2, **RULE)
+    assert e.grouping == "world" and [f.held_out for f in e.folds] == ["world 0", "world 1", "world 2"]
+    for fold, w in zip(e.folds, range(3)):
+        assert fold.training_hash == gonogo.training_hash([r for r in runs if r.world_seed != w])
+
+
+def test_a_held_out_prediction_comes_from_a_model_without_that_card():
+    runs = _runs(6, 2)
+    e = evaluate(runs, alpha=0.2, **RULE)
+    for r, h in list(zip(runs, e.runs))[::3]:
+        model = gonogo.fit([q for q in runs if q.card_id != r.card_id], alpha=0.2, **RULE)
+        p_ben, p_harm = gonogo.predict(model, gonogo.matrix([r]))
+        assert (h.p_harmful, h.p_beneficial) == (pytest.approx(p_harm[0]), pytest.approx(p_ben[0]))
+
+
+# --- agent gonogo --------------------------------------------------------------------------------------
+
+
+def _doc(tmp_path, n: int = 8) -> Path:
+    """The first n v3 cells (the first 8 hold a pass, a fail and an inconclusive trial)."""
+    doc = json.loads(DOC.read_text())
+    path = tmp_path / "retro.json"
+    path.write_text(json.dumps({"cells": doc["cells"][:n]}))
+    return path
+
+
+def test_the_cli_prints_what_evaluate_computes(tmp_path, capsys):
+    path = _doc(tmp_path)
+    assert main(["gonogo", str(path), "--alpha", "0.2", "--json", "--model", str(tmp_path / "m.json")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cells = json.loads(path.read_text())["cells"]
+    runs = [paired_run(c, world_seed=0) for c in cells]
+    want = evaluate(runs, alpha=0.2, delta=0.1, baselines={"trial pass @0.20": lambda r: False}, **RULE)
+    assert out["rules"]["gonogo"] == want.rules["gonogo"].model_dump(mode="json")
+    assert [r["p_harmful"] for r in out["runs"]] == [r.p_harmful for r in want.runs]
+    # the baseline is the trial verdict each cell recorded (trainers.trial.verdict, its one owner)
+    assert [r["baseline_go"]["trial pass @0.20"] for r in out["runs"]] == [c["trial_verdict"] == "pass" for c in cells]
+    model = gonogo.loads((tmp_path / "m.json").read_text())
+    assert model.training_hash == gonogo.training_hash(runs) and model.n_train == 8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing-dir"], "not found"),
+    (["{doc}", "--alpha", "1.5"], "must lie in"),
+    (["{nocells}"], "no `cells` list"),
+    (["{two}"], "at least 3 cards"),
+])
+def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys, args, message):
+    (tmp_path / "nocells.json").write_text('{"table": {}}')
+    paths = {"{doc}": str(_doc(tmp_path)), "{nocells}": str(tmp_path / "nocells.json"),
+             "{two}": str(_doc(tmp_path, 2))}
+    model = tmp_path / "m.json"
+    assert main(["gonogo", *[paths.get(a, a) for a in args], "--model", str(model)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not model.exists()
+
+
+def test_the_cli_reads_retrospective_directories_one_world_each(tmp_path, capsys):
+    cells = json.loads(DOC.read_text())["cells"]
+    dirs = []
+    for ws in range(3):
+        d = tmp_path / f"w{ws}"
+        (d / "cells").mkdir(parents=True)
+        (d / "ledger.json").write_text(json.dumps({"world_seed": ws}))
+        rows = []
+        for c in cells[ws * 4:(ws + 1) * 4]:
+            (d / "cells" / c["id"] / "s0").mkdir(parents=True)
+            (d / "cells" / c["id"] / "s0" / "cell.json").write_text(json.dumps(c))
+            rows.append(json.dumps({"cell": c["id"], "features": {"S": 0.1 * ws, "A": 0.9, "grade": "B"}}))
+        (d / "features.jsonl").write_text("\n".join(rows) + "\n")
+        dirs.append(str(d))
+    assert main(["gonogo", *dirs, "--alpha", "0.2", "--json", "--model", str(tmp_path / "m.json")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["grouping"] == "world" and [f["held_out"] for f in out["folds"]] == ["world 0", "world 1", "world 2"]
+    model = gonogo.loads((tmp_path / "m.json").read_text())
+    names = model.feature_names
+    assert model.mean[names.index("S")] == pytest.approx(0.1) and model.mean[names.index("grade_B")] == 1.0
+
+
+def test_agent_help_lists_gonogo(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0 and "gonogo" in capsys.readouterr().out
