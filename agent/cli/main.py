@@ -25,7 +25,7 @@ COMMAND_MODULES = (
     "agent.cli.train",     # train
     "agent.cli.gate",      # gate, profile
     "agent.cli.run",       # run
-    "agent.cli.measure",   # compare, retrospective, extrapolate
+    "agent.cli.measure",   # compare, retrospective, extrapolate, gonogo
     "agent.cli.runs",      # runs ls
     "agent.cli.cache",     # cache ls, cache gc
     "agent.cli.cards",     # cards import
