@@ -106,6 +106,12 @@ def _steps_after_prefix(data: dict) -> int:
     return data["steps"] - int(data["log"].get("continued_from_step", 0.0))
 
 
+SHORT_FRACTIONS = (0.05, 0.10, 0.20)
+"""The shares of a card's nominal steps a short run is read at: the retrospective's short runs,
+a trial's curve (trainers.steps.curve_steps; its end is the 20 % trial) and the outcome cell's
+`short` keys."""
+
+
 class Snapshot(Frozen):
     """A model saved part-way through a trial (the points of its curve)."""
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import sklearn
@@ -46,14 +46,15 @@ from sklearn.preprocessing import StandardScaler
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
-from experience_bank.records import Frozen, parse_model
+from experience_bank.families import FAMILIES
+from experience_bank.records import Frozen, Grade, parse_model
+from experience_bank.results import SHORT_FRACTIONS
 from policies.curves import RETENTION, PairedRun
 from policies.stats import clopper_pearson
 
-FRACTIONS = (0.05, 0.10, 0.20)
+FRACTIONS = SHORT_FRACTIONS
 """The short-run shares whose points are features (the trial is the last)."""
-FAMILIES = ("finance", "sql", "function")
-GRADES = ("A", "B", "C")
+GRADES: tuple[str, ...] = get_args(Grade)
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 21))
 """The candidate thresholds on P(harmful), fixed before any data (Bonferroni counts them)."""
 DEFAULT_C = 1.0

@@ -17,6 +17,7 @@ import math
 
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard
+from experience_bank.results import SHORT_FRACTIONS
 
 MAX_TRIAL_FRACTION = 0.20
 _ROUND_OFF = 1e-9  # 0.29 * 100 is 28.999999999999996 in floats: the share is 29 steps, not 28
@@ -64,17 +65,16 @@ def plan_steps(card: CandidateCard, fraction: float) -> tuple[int, int]:
     return schedule, stop_at
 
 
-CURVE_FRACTIONS = (0.05, 0.10)
-"""Where a trial is measured before its end (issue 27): its curve is these shares and its own."""
 
 
 def curve_steps(card: CandidateCard, fraction: float = MAX_TRIAL_FRACTION) -> tuple[tuple[float, int], ...]:
     """(share, step) of each point a trial at `fraction` is measured at before its last step:
-    the floor of each CURVE_FRACTIONS share under `fraction`, where that is at least one step and
-    before the trial's own last step (a short card has fewer points, none if its shares coincide)."""
+    the floor of each experience_bank.results.SHORT_FRACTIONS share under `fraction`, where that
+    is at least one step and before the trial's own last step (a short card has fewer points, none
+    if its shares coincide)."""
     last = trial_steps(card, fraction)
     points: dict[int, float] = {}
-    for f in CURVE_FRACTIONS:
+    for f in SHORT_FRACTIONS:
         step = math.floor(f * card.budget.steps + _ROUND_OFF)
         if f < fraction and 1 <= step < last:
             points.setdefault(step, f)

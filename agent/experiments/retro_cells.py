@@ -10,11 +10,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from experience_bank.results import SHORT_FRACTIONS
 from policies import outcomes
 from policies.stats import clopper_pearson, spearman
 from agent.config import RunConfig
 
-FRACTIONS = (0.05, 0.10, 0.20)
+FRACTIONS = SHORT_FRACTIONS
 DEFAULTS = RunConfig()
 """The table's thresholds are the run config's defaults, read from their one owner."""
 MIN_EFFECT_PP = DEFAULTS.gate_min_gain_pp

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+from experience_bank.results import SHORT_FRACTIONS
 from policies.audit import OutcomeCell, write_ledger_entry, write_outcome
 from policies.outcomes import outcome_class
 
@@ -62,8 +63,6 @@ def outcome_cell(event, card, manifest: Manifest):
                        full_device_hours=max(event.cost_device_hours - event.trial_device_hours, 0.0))
 
 
-SHORT_FRACTIONS = (0.05, 0.10, 0.20)
-"""The trial fractions an OutcomeCell keeps a short-run delta for (policies.audit's `short` keys)."""
 _SHORT_KEYS = frozenset(f"{f:.2f}" for f in SHORT_FRACTIONS)
 
 
