@@ -166,6 +166,17 @@ class CandidateCard(Frozen):
 # --- contexts and applicability --------------------------------------------------------
 
 
+def _omit_empty(field: str):
+    """A wrap serializer that drops `field` where it is empty, so a record written before the field
+    existed keeps its bytes and hash."""
+    def omit(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and not data.get(field):
+            data.pop(field, None)
+        return data
+    return omit
+
+
 class ModelRef(Frozen):
     id: Ident
     """Model id (e.g. `world-default/base` or a checkpoint id)."""
@@ -179,14 +190,9 @@ class ModelRef(Frozen):
     """Weights hashes of the models this one was trained from, oldest first (empty: a root, or
     not known). The parent field of the authorizer compares lineages (docs/AUTHORIZER.md §3)."""
 
-    @model_serializer(mode="wrap")
-    def _omit_empty_lineage(self, handler):
-        # A ref without lineage serialises exactly as before the field existed, so every record
-        # and decision hashed before keeps its hash.
-        data = handler(self)
-        if not data.get("lineage"):
-            data.pop("lineage", None)
-        return data
+    # A ref without lineage serialises exactly as before the field existed, so every record
+    # and decision hashed before keeps its hash.
+    _omit_empty_lineage = model_serializer(mode="wrap")(_omit_empty("lineage"))
 
 
 class SourceContext(Frozen):
@@ -283,14 +289,6 @@ TrialCurve = dict[str, dict[str, float]]
 (experience_bank.results.TrialResult.curve_table). Serialised only where non-empty, so records
 and events written before it existed keep their bytes and hashes."""
 
-
-def _omit_empty(field: str):
-    def omit(self, handler):
-        data = handler(self)
-        if isinstance(data, dict) and not data.get(field):
-            data.pop(field, None)
-        return data
-    return omit
 
 
 class RetentionEffect(Frozen):

@@ -18,6 +18,7 @@ from pathlib import Path
 import json
 
 from experience_bank.errors import BadInput
+from experience_bank.hashing import loads_strict
 from experience_bank.records import CandidateCard, Frozen
 from policies.outcomes import OutcomeClass, outcome_class
 
@@ -91,10 +92,15 @@ def seed_cells(out: str | Path) -> Iterable[dict]:
         yield json.loads(path.read_text(encoding="utf-8"))
 
 
+def ledger(out: str | Path) -> dict:
+    """An executed retrospective directory's ledger.json ({} where it has none)."""
+    path = Path(out) / "ledger.json"
+    return loads_strict(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def paired_runs(out: str | Path, *, cards: Mapping[str, CandidateCard] | None = None) -> list[PairedRun]:
     """The paired runs of one executed retrospective directory; its world seed from its ledger.json."""
-    ledger = Path(out) / "ledger.json"
-    world_seed = int(json.loads(ledger.read_text()).get("world_seed", 0)) if ledger.is_file() else 0
+    world_seed = int(ledger(out).get("world_seed", 0))
     cards = cards or {}
     return [paired_run(c, world_seed=world_seed, card=cards.get(c["id"])) for c in seed_cells(out)]
 
@@ -103,9 +109,11 @@ def paired_runs_json(path: str | Path) -> list[PairedRun]:
     """The paired runs of a retrospective's published JSON (docs/results/retrospective-default.json:
     its `cells` and `ledger`); the world seed from the ledger, 0 where it names none (world v3)."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        cells, ledger = doc["cells"], doc.get("ledger", {})
+        doc = loads_strict(Path(path).read_text(encoding="utf-8"))
+        cells, facts = doc["cells"], doc.get("ledger", {})
+        if not isinstance(cells, list):
+            raise TypeError("`cells` is not a list")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BadInput(f"{path} is not a retrospective JSON with a `cells` list ({exc!r}): "
+        raise BadInput(f"{path} is not a retrospective JSON: it has no `cells` list ({exc!r}); "
                        "pass docs/results/retrospective-*.json or an executed retrospective directory") from None
-    return [paired_run(c, world_seed=int(ledger.get("world_seed", 0))) for c in cells]
+    return [paired_run(c, world_seed=int(facts.get("world_seed", 0))) for c in cells]

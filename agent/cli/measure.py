@@ -16,7 +16,8 @@ from agent.world.catalogue import catalogue, catalogue_sha256
 from agent.world.embedded import cached_world, check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
-from policies.curves import paired_run, paired_runs
+from policies.curves import ledger, paired_runs, paired_runs_json
+from trainers.steps import MAX_TRIAL_FRACTION
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 """The five of the published comparison (docs/results/compare-default.md)."""
@@ -94,12 +95,7 @@ def _register_gonogo(sub) -> None:
 def _gonogo_source(path: Path) -> tuple[list, dict]:
     """(paired runs, records by card id) of one source; cards only where this catalogue and world made it."""
     if path.is_file():
-        doc = loads_strict(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
-            raise BadInput(f"{path} has no `cells` list: pass a retrospective JSON such as "
-                           "docs/results/retrospective-default.json, or an executed retrospective directory")
-        ws = int(doc.get("ledger", {}).get("world_seed", 0))
-        return [paired_run(c, world_seed=ws) for c in doc["cells"]], {}
+        return paired_runs_json(path), {}
     if not path.is_dir():
         raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
     features = path / "features.jsonl"
@@ -110,10 +106,7 @@ def _gonogo_source(path: Path) -> tuple[list, dict]:
 
 def _gonogo_cards(path: Path) -> dict:
     """The catalogue's cards of a retrospective directory, where its catalogue is this one and its world is cached."""
-    ledger = path / "ledger.json"
-    if not ledger.is_file():
-        return {}
-    facts = loads_strict(ledger.read_text(encoding="utf-8"))
+    facts = ledger(path)
     if facts.get("catalogue_sha256") != catalogue_sha256():
         return {}
     world = cached_world(str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0)))
@@ -125,7 +118,7 @@ def _trial_passes(run) -> bool:
     from agent.experiments.retrospective import TRIAL_THRESHOLDS  # noqa: PLC0415 (torch, through the world)
     from trainers.trial import verdict  # noqa: PLC0415 (torch)
 
-    point = next(p for p in run.curve if abs(p.fraction - 0.2) < 1e-9)
+    point = next(p for p in run.curve if abs(p.fraction - MAX_TRIAL_FRACTION) < 1e-9)
     failures = ("sanity",) if point.hard_failure else ()
     return verdict(point.target_pp, point.retention_pp, (), TRIAL_THRESHOLDS, train_failures=failures)[0] == "pass"
 

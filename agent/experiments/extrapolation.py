@@ -17,7 +17,7 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from agent.experiments.retro_cells import IFEVAL_DROP_PP
 from agent.world.catalogue import adapter_kinds, catalogue_sha256
-from policies.curves import PairedRun, paired_runs, paired_runs_json
+from policies.curves import PairedRun, ledger, paired_runs, paired_runs_json
 from policies.extrapolate import MIN_RUNS, Choice, ErrorReport, Fit, extrapolation_error, fit
 
 SHORT = {"ifeval.prompt_strict": "prompt", "ifeval.inst_strict": "inst"}
@@ -44,9 +44,7 @@ def load_runs(sources: Sequence[str | Path]) -> list[PairedRun]:
 def _with_adapters(out: Path, runs: list[PairedRun]) -> list[PairedRun]:
     """The runs with their cards' adapter kinds where the directory ran this catalogue (its ledger's
     catalogue_sha256); otherwise as read, adapter None (the fit then groups them by method only)."""
-    ledger = out / "ledger.json"
-    sha = json.loads(ledger.read_text(encoding="utf-8")).get("catalogue_sha256") if ledger.is_file() else None
-    if sha != catalogue_sha256():
+    if ledger(out).get("catalogue_sha256") != catalogue_sha256():
         return runs
     kinds = adapter_kinds()
     return [r.model_copy(update={"adapter": kinds.get(r.card_id)}) for r in runs]

@@ -327,7 +327,7 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
         artefacts.append(trial.train.checkpoint)
         out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
                                                                     trial.retention_deltas.items()},
-                "trial_curve": trial.curve_table()}
+                "trial_curve": trial.curve_table(), "trial_verdict": trial.verdict}
     if run:
         artefacts.append(run.checkpoint)
     metrics: dict[str, float] = {}
@@ -369,11 +369,11 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     decision = parse_model(Decision, ctx.rundir.decision_file(state["cursor"]).read_text(encoding="utf-8"))
     outcome, reason = _outcome(state)
     rejected = outcome == "rejected"
-    # the trial's own verdict (what every policy's counterfactual reads), also where a policy acted on its own rule
-    trial = None if rejected else ctx.rundir.trial(decision.decision_hash)
-    trial_verdict = trial.verdict if trial is not None else (
-        state.get("trial_verdict") if state.get("trial_verdict") in ("pass", "fail", "inconclusive") else None)
     effects = {} if rejected else _effects(ctx, state, decision)
+    # the trial's own verdict where it ran (what every policy's counterfactual reads, also where a policy
+    # acted on its own rule); else the state's (a refused trial is a fail that never ran)
+    trial_verdict = effects.pop("trial_verdict", None) or (
+        state.get("trial_verdict") if state.get("trial_verdict") in ("pass", "fail", "inconclusive") else None)
     event = Event(episode_id=ctx.episode_id, seq=state.get("seq", 0), candidate_id=decision.candidate_id,
                   decision=decision, action=decision.action, cost_device_hours=effects.pop("cost_device_hours", 0.0),
                   wall_seconds=effects.pop("wall_seconds", 0.0), metrics=effects.pop("metrics", {}),
