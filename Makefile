@@ -45,11 +45,14 @@ test-cpu-proof: $(STAMP)
 # The development worlds' seeded retrospectives (issue 26; docs/results/worlds-v4.md): each world
 # built, seed-banked and its 24 cells run at 3 training seeds. Hours of CPU on 2 cores, one torch
 # thread per process; every step is cached, so running it again resumes where it stopped.
-# Run directories stay outside the work tree, under $AGENT_CACHE.
+# Run directories stay outside the work tree, under $AGENT_CACHE; each finished cell and seed is
+# also kept in docs/results/retrospective-v4-w<N>/ (small JSON), so a commit of it resumes the
+# measurement on another machine without running those seeds (or the seed bank) again.
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
+RESULTS_DIR ?= docs/results
 worlds: $(STAMP)
 	for w in $(WORLD_SEEDS); do \
 	  OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
-	    --out $(MEASURE_DIR)/retrospective-w$$w || exit $$?; \
+	    --out $(MEASURE_DIR)/retrospective-w$$w --results $(RESULTS_DIR)/retrospective-v4-w$$w || exit $$?; \
 	done

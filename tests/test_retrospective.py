@@ -154,9 +154,18 @@ def test_cli_needs_execute(capsys):
 
 
 @pytest.mark.slow
-def test_retrospective_two_cells_on_the_test_world(tmp_path):
-    res = R.retrospective(tmp_path / "retro", size="test", n_cells=2, seeds=1)  # seeds: tests/test_retrospective_seeds.py
+def test_retrospective_two_cells_on_the_test_world(tmp_path, monkeypatch):
+    results = tmp_path / "published"
+    res = R.retrospective(tmp_path / "retro", size="test", n_cells=2, seeds=1,  # seeds: test_retrospective_seeds.py
+                          results=results)
     assert res["cells_done"] == 2, res["failed"]
+    # another machine with the same world and code: every seed and the frozen inputs come from the
+    # results directory; no seed bank and no run
+    monkeypatch.setattr(R, "seed_records", lambda *a, **k: pytest.fail("the seed bank was read again"))
+    monkeypatch.setattr(R, "run_cell", lambda *a, **k: pytest.fail("a finished cell ran again"))
+    again = R.retrospective(tmp_path / "elsewhere", size="test", n_cells=2, seeds=1, results=results)
+    assert again["summary"] == res["summary"]
+    assert (tmp_path / "elsewhere" / "outcomes.jsonl").read_text() == (tmp_path / "retro" / "outcomes.jsonl").read_text()
     assert json.loads((tmp_path / "retro" / "ledger.json").read_text())["seeds"] == [0]
     for line in (tmp_path / "retro" / "cells.jsonl").read_text().splitlines():
         cell = json.loads(line)

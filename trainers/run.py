@@ -232,7 +232,15 @@ _CODE_FILES = ("trainers", "experience_bank/records.py", "experience_bank/result
 """What the trainer version hashes: this package and the records it reads and writes."""
 
 
-def _libraries() -> dict[str, str]:
+def code_version(*, rewards: bool) -> str:
+    """The trainer's code version in a run's key: this package and the records it reads and
+    writes, plus the reward functions' code (evaluators/) for a run that uses them."""
+    from experience_bank.runcache import source_version
+
+    return source_version(_CODE_FILES + (("evaluators",) if rewards else ()))
+
+
+def libraries() -> dict[str, str]:
     import accelerate
     import peft
     import transformers
@@ -248,7 +256,6 @@ def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict]
     """Everything a run's result depends on (the run cache's key; the run key is not in it:
     it names the request, not its content)."""
     from experience_bank.hashing import content_hash
-    from experience_bank.runcache import source_version
 
     prefix = None
     if resume_from is not None:
@@ -261,7 +268,7 @@ def run_cache_key(card: CandidateCard, parent_dir: str, examples: Sequence[dict]
             "threads": threads or torch.get_num_threads(),
             "launch": None if launch is None else {k: str(v) for k, v in sorted(vars(launch).items())},
             # a GRPO run's result also depends on its reward functions' code (evaluators/)
-            "code": source_version(_CODE_FILES + (("evaluators",) if reward_funcs else ())), "libraries": _libraries()}
+            "code": code_version(rewards=bool(reward_funcs)), "libraries": libraries()}
 
 
 def _served(text: str, out: Path, run_key: str, resume_from: str | None) -> TrainResult:

@@ -57,6 +57,11 @@ def register(sub) -> None:
                    help="training seeds per cell, from --seed on (default 3; 1: one run per cell, as before)")
     r.add_argument("--world-seed", dest="world_seed", type=int, default=0,
                    help="seed of the embedded world (default 0; agent world build --world-seed)")
+    r.add_argument("--results", default=None, metavar="DIR",
+                   help="a small results directory (ledger, frozen features and decisions, one cell.json per cell "
+                        "and seed; no runs) that survives this machine: finished seeds found there are not run "
+                        "again when it was measured on the same world, catalogue and code, and every seed "
+                        "finished now is kept there (commit it to resume elsewhere)")
     _execution_flags(r)
     r.set_defaults(func=cmd_retrospective)
 
@@ -115,7 +120,7 @@ def _gonogo_cards(path: Path) -> dict:
 
 def _trial_passes(run) -> bool:
     """The 20 % trial's verdict (trainers.trial.verdict under the retrospective's thresholds) is pass."""
-    from agent.experiments.retrospective import TRIAL_THRESHOLDS  # noqa: PLC0415 (torch, through the world)
+    from agent.experiments.retro_run import TRIAL_THRESHOLDS  # noqa: PLC0415 (torch, through the world)
     from trainers.trial import verdict  # noqa: PLC0415 (torch)
 
     point = next(p for p in run.curve if abs(p.fraction - MAX_TRIAL_FRACTION) < 1e-9)
@@ -222,7 +227,8 @@ def cmd_retrospective(args) -> int:
     _no_cache(args)
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
         result = retrospective(Path(args.out), size=args.size, world_seed=args.world_seed, n_cells=args.cells,
-                               seed=args.seed, seeds=args.seeds, executor=executor)
+                               seed=args.seed, seeds=args.seeds, executor=executor,
+                               results=Path(args.results) if args.results else None)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1
 

@@ -48,22 +48,23 @@ import json
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from experience_bank.errors import BadInput
 from experience_bank.families import PRIMARY_METRIC
-from experience_bank.files import once, write_atomic
+from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies.stats import mean_interval
 from agent.config import RunConfig, eval_sizes
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
+from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
-    DEFAULTS, FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, outcome_class,
-    summarise_cells,
+    FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, summarise_cells,
 )
+from agent.experiments.retro_run import CellPorts, _once, _trial_verdict, run_cell
 from agent.experiments.retro_summary import write_summary
 from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.controls import control_card, control_key
+from agent.world.controls import control_card
 from agent.world.embedded import ensure_world
 from agent.world.records import current_context
 from agent.world.runner import CardRunner
@@ -71,7 +72,6 @@ from policies import EpisodeState, PolicyConfig, compile as compile_features
 from policies.authorize import decide
 from agent.world.seed_bank import seed_records
 from policies.audit import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
-from trainers.trial import TrialThresholds, verdict
 
 DEFAULT_SEEDS = 3
 """Training seeds per cell (`agent retrospective --seeds`)."""
@@ -82,82 +82,6 @@ def eval_n(world_size: str) -> tuple[int, int]:
     decision sizes (agent.config.EVAL_SIZES; a local world's splits may hold fewer: all of them)."""
     sizes = eval_sizes(world_size)
     return sizes.target, sizes.ifeval
-
-
-class CellPorts(Protocol):
-    """The boundary to trainers/ and evaluators/ (tests bind fakes)."""
-
-    def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
-        """{"target": pp, "prompt_strict": pp, "inst_strict": pp} on the same items for every model."""
-
-    def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
-        """{"checkpoint": dir, "wall_s": seconds, "sanity_failures": [names]}."""
-
-
-def _once(path: Path, compute: Callable[[], dict]) -> dict:
-    """A cached step of a cell, single flight: when two cells run at once (Ray workers, threads)
-    and need the same matched control, one trains it while the other waits and then reads it;
-    without the lock both would train into the same directory. Each cell holds at most its own
-    cell.json lock and one step's lock, so no two cells wait on each other in a cycle."""
-    return once(path, compute, dump=canonical_json, load=json.loads, single_flight=True)
-
-
-def _effect(child: dict[str, float], control: dict[str, float]) -> dict[str, Any]:
-    return {"target": round(child["target"] - control["target"], 6),
-            "ifeval": {m: round(child[m] - control[m], 6) for m in IFEVAL}}
-
-
-TRIAL_THRESHOLDS = TrialThresholds(min_gain_pp=DEFAULTS.trial_min_gain_pp, fail_drop_pp=DEFAULTS.trial_fail_drop_pp,
-                                   retention_drop_pp=IFEVAL_DROP_PP)
-
-
-def _trial_verdict(t: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """The 20 % run's verdict (trainers.trial.verdict under the run config's default thresholds)."""
-    return verdict(t["target"], {f"ifeval.{m}": d for m, d in t["ifeval"].items()}, (), TRIAL_THRESHOLDS,
-                   train_failures=t["sanity_failures"])
-
-
-def _run(ports: CellPorts, card: Any, cell: Path, parent: str, fraction: float, seed: int, split: str) -> dict:
-    name = f"f{fraction:.2f}"
-
-    def go() -> dict:
-        run = ports.train(card, parent, fraction, seed, str(cell / "runs" / name))
-        scores = ports.evaluate(run["checkpoint"], card.family, split, str(cell / "evals" / f"{name}-{split}"))
-        return {"scores": scores, "wall_s": run["wall_s"], "sanity_failures": list(run["sanity_failures"])}
-    return _once(cell / f"{name}.json", go)
-
-
-def control_scores(ports: CellPorts, control: Any, parent: Any, parent_dir: str, fraction: float, seed: int,
-                   family: str, split: str, root: Path) -> dict[str, float]:
-    """The matched control's scores: trained once per control_key, evaluated once per family and split."""
-    key_dir = root / control_key(control, parent, seed, fraction)
-    run = _once(key_dir / "run.json", lambda: ports.train(control, parent_dir, fraction, seed, str(key_dir / "run")))
-    return _once(key_dir / f"{family}-{split}.json",
-                 lambda: ports.evaluate(run["checkpoint"], family, split, str(key_dir / "evals" / f"{family}-{split}")))
-
-
-def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int, *, control: Any, parent: Any,
-             controls_dir: Path) -> dict[str, Any]:
-    """Short runs, the full run and their matched controls for one candidate; cached step by step."""
-    controls: dict[str, dict[str, float]] = {}  # fraction -> the matched control's scores
-
-    def ctrl(fraction: float, split: str) -> dict[str, float]:
-        controls[f"{fraction:.2f}"] = control_scores(ports, control, parent, parent_dir, fraction, seed, card.family,
-                                                     split, controls_dir)
-        return controls[f"{fraction:.2f}"]
-
-    short = {}
-    for f in FRACTIONS:
-        r = _run(ports, card, cell, parent_dir, f, seed, "validation")
-        short[f"{f:.2f}"] = _effect(r["scores"], ctrl(f, "validation")) | {"wall_s": r["wall_s"],
-                                                                          "sanity_failures": r["sanity_failures"]}
-    full_run = _run(ports, card, cell, parent_dir, 1.0, seed, "adoption")
-    full = _effect(full_run["scores"], ctrl(1.0, "adoption")) | {"wall_s": full_run["wall_s"],
-                                                                "sanity_failures": full_run["sanity_failures"]}
-    v, reasons = _trial_verdict(short["0.20"])
-    cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
-    return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
-            "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
 
 
 # --- a seeded cell: its seeds' cells, averaged ---------------------------------------------------
@@ -254,12 +178,15 @@ def seed_dir(out: Path, card_id: str, seed: int) -> Path:
 
 
 def cell_job(make_ports: Callable[[], CellPorts], card: Any, cell_dir: Path, parent_dir: str, seed: int,
-             control: Any, parent: Any, controls_dir: Path) -> dict[str, Any]:
+             control: Any, parent: Any, controls_dir: Path, results: Path | None = None) -> dict[str, Any]:
     """One seed of one cell where the executor runs it (this process or a Ray worker), cached as
-    cell.json in its seed directory. Its ports are built there, from `make_ports`: models, caches
-    and open files do not cross processes."""
-    return _once(cell_dir / "cell.json", lambda: run_cell(make_ports(), card, cell_dir, parent_dir, seed,
+    cell.json in its seed directory and kept in `results` when given. Its ports are built there,
+    from `make_ports`: models, caches and open files do not cross processes."""
+    cell = _once(cell_dir / "cell.json", lambda: run_cell(make_ports(), card, cell_dir, parent_dir, seed,
                                                           control=control, parent=parent, controls_dir=controls_dir))
+    if results is not None:
+        retro_results.publish_seed(results, card.id, seed, cell)
+    return cell
 
 
 def cell_resources() -> Resources:
@@ -270,16 +197,18 @@ def cell_resources() -> Resources:
 
 def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str,
               seeds: Sequence[int], features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
-              controls: dict[str, Any], parent: Any, executor: Executor | None = None) -> dict[str, Any]:
+              controls: dict[str, Any], parent: Any, executor: Executor | None = None,
+              results: Path | None = None) -> dict[str, Any]:
     """Every cell at every seed (finished steps are skipped) through the executor (default: one after
     another in this process), one job per (cell, seed); a cell with a failing seed is recorded as
     failed and the others go on. `make_ports`: builds a cell's CellPorts where it runs; `controls`:
-    card id -> its matched control card; `parent`: the ModelRef of parent_dir."""
+    card id -> its matched control card; `parent`: the ModelRef of parent_dir; `results`: where
+    each finished seed is also kept (retro_results)."""
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise BadInput(f"seeds {seeds} must be one or more distinct integers: pass --seeds K >= 1")
     jobs = [Job(cell_job, (make_ports, c, seed_dir(out, c.id, s), parent_dir, s, controls[c.id], parent,
-                           out / "controls")) for c in cards for s in seeds]
+                           out / "controls", results)) for c in cards for s in seeds]
     results = (executor or LocalExecutor()).run(jobs)
     done, failed, k = [], {}, len(seeds)
     for i, c in enumerate(cards):
@@ -339,12 +268,14 @@ def embedded_ports(size: str, world_seed: int = 0) -> WorldPorts:
 def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | None = None, seed: int = 0,
                   seeds: int | None = None,
                   make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
-                  executor: Executor | None = None) -> dict[str, Any]:
+                  executor: Executor | None = None, results: Path | None = None) -> dict[str, Any]:
     """Build (or resume) the table: freeze every cell's features, then run the cells through the
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
     None: the embedded world of `size`, which each worker builds its own ports for. Seeds `seed`..
-    `seed + seeds - 1` train every cell (None: DEFAULT_SEEDS)."""
+    `seed + seeds - 1` train every cell (None: DEFAULT_SEEDS). `results`: a results directory
+    (agent/experiments/retro_results.py) whose finished seeds are taken and which keeps every
+    seed finished now."""
     seeds = DEFAULT_SEEDS if seeds is None else seeds
     if seeds < 1:
         raise BadInput(f"--seeds {seeds}: a cell needs at least one training seed; pass --seeds 1 or more")
@@ -353,20 +284,40 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
                                 else partial(embedded_ports, size, world_seed))
     world = world if world is not None else ensure_world(size, world_seed=world_seed)
     cards = list(catalogue(world))[:n_cells]
+    ledger = {
+        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "world_seed": world.seed,
+        "base_sha256": world.model.sha256, "seed": seed, "seeds": seed_list,
+        "catalogue_sha256": catalogue_sha256(), "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
+        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": eval_n(world.size),
+        "control": "trained matched control (agent/world/controls.py) at the same fraction",
+        "code": retro_results.code_version()}
+    if results is not None:
+        taken = retro_results.take(results, out, ledger)
+        print(f"took {taken} finished cell seeds from {results}", flush=True)
+    features, hashes = frozen_or_compiled(out, world, cards)
+    ledger["features_sha256"] = freeze_features(out, [(c.id, features[c.id]) for c in cards])
+    (out / "ledger.json").write_text(json.dumps(ledger, indent=1))
+    if results is not None:
+        retro_results.publish_table(out, results)
+    result = run_table(out, cards, make_ports, world.base_dir, seed_list, features, hashes,
+                       controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor,
+                       results=results)
+
+    write_summary(out)
+    if results is not None:
+        retro_results.publish_table(out, results)
+    return result
+
+
+def frozen_or_compiled(out: Path, world: Any, cards: list[Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every cell's outcome-blind features and BCIT decision hash: read from the table's frozen,
+    verified files where they cover the cards (a resumed or taken table: no seed bank needed),
+    else compiled from the world's seed bank and frozen now."""
+    frozen = retro_results.frozen_inputs(out, [c.id for c in cards])
+    if frozen is not None:
+        return frozen
     records = {r.card.id: r for r in seed_records(world, cards=[c.id for c in cards])}
     ctx = base_context(world)
     features = {c.id: compile_features(records[c.id], ctx) for c in cards}
-    features_sha = freeze_features(out, [(c.id, features[c.id]) for c in cards])
-    (out / "ledger.json").write_text(json.dumps({
-        "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "world_seed": world.seed,
-        "base_sha256": world.model.sha256, "seed": seed, "seeds": seed_list,
-        "catalogue_sha256": catalogue_sha256(),
-        "features_sha256": features_sha, "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
-        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": eval_n(world.size),
-        "control": "trained matched control (agent/world/controls.py) at the same fraction"}, indent=1))
-    hashes = freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
-    result = run_table(out, cards, make_ports, world.base_dir, seed_list, features, hashes,
-                       controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor)
-
-    write_summary(out)
-    return result
+    freeze_features(out, [(c.id, features[c.id]) for c in cards])
+    return features, freeze_decisions(out, [(c, records[c.id]) for c in cards], ctx)
