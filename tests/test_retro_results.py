@@ -24,7 +24,7 @@ def _context() -> CurrentContext:
 
 LEDGER = {"kind": "retrospective", "world": "fake-0", "world_seed": 0, "base_sha256": "b" * 64,
           "catalogue_sha256": "c" * 64, "fractions": (0.05, 0.1, 0.2), "min_effect_pp": 1.0,
-          "ifeval_drop_pp": 2.0, "eval_n": (200, 200), "control": "fake", "code": {"trainer": "t", "cell": "c"}}
+          "ifeval_drop_pp": 2.0, "eval_n": (200, 200), "control": "fake", "code": {"cell": "c"}}
 
 
 def _table(tmp_path, out, results, seeds=(0,)):
@@ -80,7 +80,7 @@ def test_finished_seeds_move_to_another_machine_and_are_not_run_again(tmp_path):
 def test_another_measurement_is_refused_with_the_fields_that_differ(tmp_path):
     results = tmp_path / "results"
     _table(tmp_path, tmp_path / "m1", results)
-    other = {**LEDGER, "base_sha256": "d" * 64, "code": {"trainer": "t2", "cell": "c"}}
+    other = {**LEDGER, "base_sha256": "d" * 64, "code": {"cell": "c2"}}
     with pytest.raises(BadInput, match="base_sha256, code differ"):
         RR.take(results, tmp_path / "m2", other)
     assert not (tmp_path / "m2").exists()  # nothing taken
@@ -124,7 +124,11 @@ def test_a_tampered_decision_ledger_is_not_used(tmp_path):
         RR.frozen_inputs(out, ["S01", "G01"])
 
 
-def test_code_version_names_the_trainer_the_cell_runner_and_the_libraries():
+def test_code_version_is_the_cell_code_and_the_libraries(tmp_path, monkeypatch):
     v = RR.code_version()
-    assert set(v) == {"trainer", "cell", "libraries"} and len(v["trainer"]) == len(v["cell"]) == 64
-    assert v["libraries"]["trl"] and v["trainer"] != v["cell"]
+    assert set(v) == {"cell", "libraries"} and len(v["cell"]) == 64 and v["libraries"]["trl"]
+    seen = []
+    monkeypatch.setattr(RR, "source_version", lambda parts: seen.extend(parts) or "x")
+    RR.code_version()
+    assert {"trainers", "evaluators", "agent/experiments/retro_run.py"} <= set(seen)
+    assert "experience_bank/records.py" not in seen  # events and bank records never touch a run

@@ -55,10 +55,16 @@ def test_summarise_cells_hand_checked():
 
 
 @dataclass(frozen=True)
+class Steps:
+    steps: int = 100
+
+
+@dataclass(frozen=True)
 class Card:
     id: str
     family: str
     method: str
+    budget: Steps = Steps()
 
 
 class FakePorts:
@@ -74,17 +80,29 @@ class FakePorts:
     def evaluate(self, model_dir, family, split, out_dir):
         return json.loads((Path(model_dir) / "scores.json").read_text())
 
-    def train(self, card, parent_dir, fraction, seed, out_dir):
+    def train(self, card, parent_dir, fraction, seed, out_dir, snapshots=()):
         if card.id == "BAD":
             raise RuntimeError("trainer crashed")
         self.trained.append((card.id, fraction))
-        gain, ife = self.PLAN[card.id]
+        return self.write(card, parent_dir, fraction, out_dir, self.PLAN[card.id], snapshots)
+
+    @staticmethod
+    def write(card, parent_dir, fraction, out_dir, plan, snapshots, sanity=()):
+        """The run's model (and one per snapshot): the planned change scaled by its share."""
+        gain, ife = plan
         base = json.loads((Path(parent_dir) / "scores.json").read_text())
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        child = {"target": base["target"] + gain * fraction, "prompt_strict": base["prompt_strict"] + ife * fraction,
-                 "inst_strict": base["inst_strict"]}
-        (Path(out_dir) / "scores.json").write_text(json.dumps(child))
-        return {"checkpoint": out_dir, "wall_s": 100.0 * fraction, "sanity_failures": []}
+
+        def model(share, where):
+            Path(where).mkdir(parents=True, exist_ok=True)
+            child = {"target": base["target"] + gain * share, "prompt_strict": base["prompt_strict"] + ife * share,
+                     "inst_strict": base["inst_strict"]}
+            (Path(where) / "scores.json").write_text(json.dumps(child))
+        model(fraction, out_dir)
+        for share, step in snapshots:
+            model(share, f"{out_dir}/curve/step-{step}")
+        return {"checkpoint": out_dir, "wall_s": 100.0 * fraction, "sanity_failures": list(sanity),
+                "snapshots": [{"fraction": share, "step": step, "path": f"{out_dir}/curve/step-{step}"}
+                              for share, step in snapshots]}
 
 
 def _features(cid):
@@ -119,9 +137,12 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     assert s01["trial_verdict"] == "inconclusive" and s01["outcome_class"] == "beneficial"
     g01 = json.loads((out / "cells" / "G01" / "cell.json").read_text())
     assert g01["outcome_class"] == "harmful" and g01["trial_verdict"] == "inconclusive"  # -0.8 pp at 20%
-    # one control run per (method, fraction), shared by every cell that matches it: S01's sft
-    # control and G01's grpo control at 4 fractions each (BAD crashed before its control ran)
-    assert sorted(c for c, _ in ports.trained if c.startswith("CTRL")) == ["CTRL-grpo"] * 4 + ["CTRL-sft"] * 4
+    # one control run per (method, length), shared by every cell that matches it: S01's sft control
+    # and G01's grpo control, each a trial-length run (its 5 and 10 % readings are snapshots of it)
+    # and a full run (BAD crashed before its control ran); the cells' own runs likewise
+    assert sorted(c for c, _ in ports.trained if c.startswith("CTRL")) == ["CTRL-grpo"] * 2 + ["CTRL-sft"] * 2
+    assert sorted((c, f) for c, f in ports.trained if c == "S01") == [("S01", 0.2), ("S01", 1.0)]
+    assert s01["short"]["0.05"]["target"] == pytest.approx(0.15) and s01["short"]["0.05"]["wall_s"] == 5.0
     lines = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
     assert [x["id"] for x in lines] == ["S01", "G01"] and lines[0]["features"]["candidate_id"] == "S01"
     from policies.audit import OutcomeCell
@@ -172,7 +193,8 @@ def test_retrospective_two_cells_on_the_test_world(tmp_path, monkeypatch):
         assert cell["outcome_class"] in ("beneficial", "harmful", "neutral")
         assert set(cell["short"]) == {"0.05", "0.10", "0.20"}
         assert set(cell["control"]) == {"0.05", "0.10", "0.20", "1.00"}  # a trained control at every length
-    # both cells are SFT cards of one family: they share each control run (4 lengths)
-    assert len(list((tmp_path / "retro" / "controls").iterdir())) == 4
+    # both cells are SFT cards of one family: they share each control run (the trial-length run,
+    # read at its snapshots too, and the full run)
+    assert len(list((tmp_path / "retro" / "controls").iterdir())) == 2
     md = (tmp_path / "retro" / "retrospective.md").read_text()
     assert "Retrospective-24, executed on world test-" in md and "| bcit |" in md

@@ -66,18 +66,13 @@ class SeededPorts(FakePorts):
         super().__init__()
         self.fail = fail
 
-    def train(self, card, parent_dir, fraction, seed, out_dir):
+    def train(self, card, parent_dir, fraction, seed, out_dir, snapshots=()):
         if (card.id, seed, fraction) == self.fail:
             raise RuntimeError("killed")
         self.trained.append((card.id, seed, fraction))
-        gain, ife = self.PLAN[card.id] if card.id in self.PLAN else self.SEEDED[card.id][seed]
-        base = json.loads((Path(parent_dir) / "scores.json").read_text())
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        child = {"target": base["target"] + gain * fraction, "prompt_strict": base["prompt_strict"] + ife * fraction,
-                 "inst_strict": base["inst_strict"]}
-        (Path(out_dir) / "scores.json").write_text(json.dumps(child))
+        plan = self.PLAN[card.id] if card.id in self.PLAN else self.SEEDED[card.id][seed]
         sanity = ["loss_finite"] if (card.id, seed, fraction) == ("H2", 1, 1.0) else []
-        return {"checkpoint": out_dir, "wall_s": 100.0 * fraction, "sanity_failures": sanity}
+        return self.write(card, parent_dir, fraction, out_dir, plan, snapshots, sanity)
 
 
 CARDS = [Card("B1", "finance", "sft"), Card("H1", "finance", "sft"), Card("N1", "sql", "sft"),
@@ -113,9 +108,9 @@ def test_three_seeds_every_class_and_the_summary_by_hand(tmp_path):
     assert cells["U1"]["ci95"]["full"]["target"] == pytest.approx([1 - 2 * half, 1 + 2 * half])  # sd 2
     assert [s["outcome_class"] for s in cells["H2"]["by_seed"]] == ["beneficial", "harmful", "beneficial"]
     assert (out / "cells" / "B1" / "s2" / "f0.20.json").is_file() and (out / "cells" / "B1" / "s0" / "cell.json").is_file()
-    # one control run per (method, fraction, seed): 2 x 4 x 3
-    assert len(list((out / "controls").iterdir())) == 24
-    assert sum(c.startswith("CTRL") for c, _, _ in ports.trained) == 24 and len(ports.trained) == 6 * 3 * 4 + 24
+    # one control run per (method, length, seed): 2 x 2 x 3 (trial-length with its curve, and full)
+    assert len(list((out / "controls").iterdir())) == 12
+    assert sum(c.startswith("CTRL") for c, _, _ in ports.trained) == 12 and len(ports.trained) == 6 * 3 * 2 + 12
 
     s = json.loads((out / "summary.json").read_text())["summary"]
     # by hand, over the five decided cells (U1 left out): full means B1 8, H1 8, N1 0, G1 -4, H2 8;

@@ -8,8 +8,8 @@ the same command takes every finished seed from it instead of running it again.
 
 A finished seed is taken only when DIR's ledger says it was measured in the same conditions as
 the table being run: the same world (recipe, seed, base weights), catalogue, evaluation sizes,
-class rules, and the same code version (`code_version`: the trainers, the evaluators and the
-module that runs a cell, plus the libraries a run's key names). Anything else is another
+class rules, and the same code version (`code_version`: the source hash of CELL_CODE, plus the
+libraries a run's key names). Anything else is another
 measurement: a one-line error says which fields differ. Nothing already in the run directory is
 replaced by something different (that error names the file).
 
@@ -29,9 +29,15 @@ from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import Features
+from experience_bank.runcache import source_version
 
-CELL_CODE = ("agent/experiments/retro_run.py", "agent/world/runner.py", "agent/world/controls.py")
-"""The code that runs one seed of one cell, beside the trainers and evaluators."""
+CELL_CODE = ("trainers", "evaluators", "experience_bank/results.py", "agent/experiments/retro_run.py",
+             "agent/world/runner.py", "agent/world/controls.py")
+"""The code one seed of one cell runs: the trainers, the evaluators and their result records, the
+module that runs a cell, and the world's runner and controls. Not experience_bank/records.py,
+which a run's cache key also hashes: the cards it defines enter through the catalogue's hash,
+and its other records (events, bank records) do not touch a run, so a change to them must not
+make a committed measurement count as another."""
 
 MATCH = ("kind", "world", "world_seed", "base_sha256", "catalogue_sha256", "fractions", "min_effect_pp",
          "ifeval_drop_pp", "eval_n", "control", "code")
@@ -44,10 +50,9 @@ TABLE = ("ledger.json", "cells.jsonl", "outcomes.jsonl", "summary.json", "summar
 
 def code_version() -> dict[str, Any]:
     """What a finished cell's numbers depend on besides the world and the catalogue."""
-    from experience_bank.runcache import source_version  # noqa: PLC0415
-    from trainers.run import code_version as trainer_code, libraries  # noqa: PLC0415 (torch)
+    from trainers.run import libraries  # noqa: PLC0415 (torch)
 
-    return {"trainer": trainer_code(rewards=True), "cell": source_version(CELL_CODE), "libraries": libraries()}
+    return {"cell": source_version(CELL_CODE), "libraries": libraries()}
 
 
 def _read_ledger(path: Path) -> dict[str, Any]:

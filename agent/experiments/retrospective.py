@@ -3,14 +3,16 @@
 One cell per catalogue candidate, in a context where it was not trained before: the world's
 base model (stage 0). Per cell, all from the same parent, seed, data recipe and evaluation
 items (greedy decoding):
-- short runs at 5%, 10% and 20% of the card's nominal steps, each evaluated on the
-  validation split (what a bounded trial reads), with the trial verdict of the 20% run from
-  `trainers.trial.verdict` under the run config's default thresholds;
+- the trial-length run (20% of the card's nominal steps) with its curve: the models at 5% and
+  10% are its snapshots (trainers.steps.curve_steps), as a loop's trial measures them, each
+  evaluated on the validation split (what a bounded trial reads), with the trial verdict of
+  the 20% reading from `trainers.trial.verdict` under the run config's default thresholds;
 - the full run, evaluated on the adoption split (what the gate reads);
 - beside each, its trained matched control (agent/world/controls.py: the same parent, seed,
   steps, examples and items, without the intervention). Controls are keyed by
-  `controls.control_key` and kept under `controls/`: one run per (method, fraction) serves
-  every cell, evaluated once per family and split.
+  `controls.control_key` and kept under `controls/`: one trial-length run (read at its
+  snapshots too) and one full run per method serve every cell, evaluated once per family,
+  split and reading.
 Effects are intervention minus control in pp on the family's target metric and on IFEval
 prompt / instruction strict accuracy. Every candidate is run short and full, so trial
 fidelity is measured without selecting only the passing trials.
@@ -31,7 +33,7 @@ out of every figure of summary.json (each says how many it left out).
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
 compiled from the seed bank's record of the card against the base-model context, hashed
 (`features_sha256` in ledger.json, which also records `seeds`) — then per cell and seed
-`cells/<id>/s<seed>/` (its steps `f0.05.json` .. `f1.00.json`, runs, evaluations and
+`cells/<id>/s<seed>/` (its steps `trial-run.json`, `f0.05.json` .. `f1.00.json`, runs, evaluations and
 `cell.json`; resume skips every finished step), the seeded cell `cells/<id>/cell.json`, and
 `cells.jsonl` (features + outcomes, one line per cell) plus `summary.json`. Controls are kept
 per seed (`controls.control_key` includes it).
@@ -247,11 +249,14 @@ class WorldPorts:
             raise RuntimeError(f"evaluation of {model_dir} on {split} is UNKNOWN for {unknown}")
         return values
 
-    def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str) -> dict[str, Any]:
+    def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str,
+              snapshots: tuple[tuple[float, int], ...] = ()) -> dict[str, Any]:
         result = self.runner.train(card, parent_dir, out_dir=out_dir, run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}",
-                                   seed=seed, fraction=fraction)
+                                   seed=seed, fraction=fraction, snapshots=snapshots)
         return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
-                "sanity_failures": [s.name for s in result.sanity if not s.ok]}
+                "sanity_failures": [s.name for s in result.sanity if not s.ok],
+                "snapshots": [{"fraction": s.fraction, "step": s.step, "path": str(Path(result.checkpoint) / s.path)}
+                              for s in result.snapshots]}
 
 
 def base_context(world: Any) -> Any:

@@ -53,12 +53,14 @@ class CardRunner:
         return card_examples(card, self.world, seed, generate=generate)
 
     def train(self, card: CandidateCard, parent_dir: str, *, out_dir: str, run_key: str, seed: int,
-              fraction: float = 1.0, resume_from: str | None = None) -> TrainResult:
-        """The card's TRL run from `parent_dir` (served from the run cache when it ran before)."""
+              fraction: float = 1.0, resume_from: str | None = None,
+              snapshots: Sequence[tuple[float, int]] = ()) -> TrainResult:
+        """The card's TRL run from `parent_dir` (served from the run cache when it ran before);
+        `snapshots`: (share, step) pairs at which the model is also saved (trainers.train)."""
         return trainers.train(card, parent_dir, self.examples(card, parent_dir, seed), out_dir=out_dir,
                               run_key=run_key, fraction=fraction, reward_funcs=card_rewards(card),
                               resume_from=resume_from, seed=seed, threads=self.threads, launch=self.launch,
-                              cache=self.cache)
+                              cache=self.cache, snapshots=snapshots)
 
     def trial(self, card: CandidateCard, parent_dir: str, *, out_dir: str, run_key: str, seed: int,
               measure: Callable, thresholds: object, fraction: float) -> TrialResult:
