@@ -139,7 +139,7 @@ def validate_all(f, st, cfg):
 
 
 def early_stop_extrapolation(f, st, cfg):
-    # Routes as validate_all; its trial verdict is its own (policies.early_stop, OWN_TRIAL_RULE).
+    # Routes as validate_all; its trial verdict is its own (policies.early_stop, policies.trial_rules).
     action, rule, n = validate_all(f, st, cfg)
     return action, rule.replace("validate_all", "early_stop_extrapolation"), n
 
@@ -189,9 +189,6 @@ WITHOUT_APPLICABILITY = frozenset({"no_applicability"})
 """Policies whose features are compiled with use_applicability=False."""
 COUNTS_AS_NEW = frozenset({"no_memory"})
 """Policies that spend the exploration quota on historical candidates too."""
-OWN_TRIAL_RULE = frozenset({"early_stop_extrapolation"})
-"""Policies whose trial verdict is their own rule on the trial's curve (policies.early_stop.policy_verdict),
-not the trial's verdict under the frozen thresholds."""
 
 
 # --- the public functions --------------------------------------------------------------
