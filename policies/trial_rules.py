@@ -3,8 +3,8 @@ thresholds, or, for a policy in OWN_TRIAL_RULE, that policy's rule on what the t
 
 One table from policy name to rule, and one function, `policy_verdict`, that the loop's validate
 node and the audit's counterfactual walk both call with the same inputs, so the two cannot
-differ. A rule may keep episode facts in EpisodeState; it returns the state after the trial,
-which policies.after_trial then routes on.
+differ. A rule may keep episode facts in EpisodeState (successive halving keeps the gains it
+ranks); it returns the state after the trial, which policies.after_trial then routes on.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from policies import early_stop
+from policies import early_stop, halving
 from policies.authorize import EpisodeState, Verdict
 
 
@@ -34,6 +34,7 @@ OwnRule = Callable[[TrialSeen, EpisodeState, float], tuple[Verdict, str, Episode
 OWN_TRIAL_RULE: dict[str, OwnRule] = {
     "early_stop_extrapolation": lambda t, st, min_gain_pp: (
         *early_stop.verdict({float(k): v for k, v in t.curve.items()}, min_gain_pp), st),
+    "successive_halving": lambda t, st, _: halving.verdict(t.verdict, t.gain, st),
 }
 """Policies whose trial verdict is their own rule, not the trial's verdict under the frozen thresholds."""
 

@@ -58,7 +58,8 @@ def _card(ctx: Ctx, state: State) -> CandidateCard:
 
 
 def _episode_state(state: State) -> EpisodeState:
-    return EpisodeState(new_proposals_used=state.get("proposals_authorized", 0), leases_used=state.get("leases_used", 0))
+    return EpisodeState(new_proposals_used=state.get("proposals_authorized", 0), leases_used=state.get("leases_used", 0),
+                        trial_gains=tuple(state.get("trial_gains") or ()))
 
 
 def _budget(ctx: Ctx) -> float:
@@ -247,7 +248,7 @@ def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Cal
 def _after_verdict(ctx: Ctx, episode: EpisodeState, verdict: str, why: str, refused: str | None = None) -> dict:
     then, _, episode = after_trial(verdict, episode, ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
-            "leases_used": episode.leases_used, "spent_h": _spent(ctx)}
+            "leases_used": episode.leases_used, "trial_gains": list(episode.trial_gains), "spent_h": _spent(ctx)}
 
 
 def after_validate(state: State) -> str:
