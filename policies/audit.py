@@ -38,10 +38,10 @@ from policies import stats
 from policies.authorize import (
     POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
 )
-from policies.early_stop import policy_verdict
 from policies.features import compile as compile_features
 from policies.gate import GateConfig
 from policies.outcomes import OUTCOME_CLASSES, UNCERTAIN, IntervalClass
+from policies.trial_rules import TrialSeen, policy_verdict
 
 GENESIS = "0" * 64
 DECISIONS_FILE = "decisions.jsonl"
@@ -231,7 +231,7 @@ def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig, polic
         return None, 0.0, "trial not recorded", st
     # a cell without its family (older ledgers) is held to the strictest family's threshold
     threshold = min_gain_pp[o.family] if o.family in min_gain_pp else max(min_gain_pp.values())
-    verdict, _ = policy_verdict(policy, o.trial_verdict, o.short, threshold)
+    verdict, _, st = policy_verdict(policy, TrialSeen(o.trial_verdict, o.trial_delta, o.short), st, threshold)
     then, note, st = after_trial(verdict, st, config)
     # nu = continue resumes the trial's prefix, so the full run costs only its remainder.
     extra = 0.0 if then == "reject" else (full - o.trial_device_hours if c.nu == "continue" else full)

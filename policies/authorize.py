@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, decision_hash
-from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal
+from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal, _omit_empty
 from policies.features import compile as compile_features
 
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -57,6 +57,13 @@ class EpisodeState(Frozen):
     """New proposals already sent to validation in this episode (quota q)."""
     leases_used: Annotated[int, Field(ge=0)] = 0
     """Fallback leases already spent on Inconclusive trials in this episode."""
+    trial_gains: tuple[float, ...] = ()
+    """Target gains (pp) of the trials run so far in this episode, in decision order; kept only by a
+    policy whose trial rule ranks them (successive_halving, policies.halving)."""
+
+    # Empty for every other policy, and then absent from the JSON: a state written before the field
+    # existed keeps its bytes, and the ledger entry that holds it its hash.
+    _omit_empty_gains = model_serializer(mode="wrap")(_omit_empty("trial_gains"))
 
 
 LEASE_READING = ("a count of Inconclusive trials per episode that may still go to Train, spent in "
@@ -139,9 +146,16 @@ def validate_all(f, st, cfg):
 
 
 def early_stop_extrapolation(f, st, cfg):
-    # Routes as validate_all; its trial verdict is its own (policies.early_stop, OWN_TRIAL_RULE).
+    # Routes as validate_all; its trial verdict is its own (policies.early_stop, policies.trial_rules).
     action, rule, n = validate_all(f, st, cfg)
     return action, rule.replace("validate_all", "early_stop_extrapolation"), n
+
+
+def successive_halving(f, st, cfg):
+    # Routes as validate_all (every candidate runs the first rung); its trial verdict is its own
+    # (policies.halving, policies.trial_rules).
+    action, rule, n = validate_all(f, st, cfg)
+    return action, rule.replace("validate_all", "successive_halving"), n
 
 
 def reuse_all(f, st, cfg):
@@ -183,15 +197,12 @@ POLICIES: dict[str, Policy] = {
     "validate_all": validate_all, "reuse_all": reuse_all, "no_memory": no_memory,
     "reject_unresolved": reject_unresolved, "no_applicability": no_applicability,
     "no_hard_veto": no_hard_veto, "applicability_only": applicability_only,
-    "early_stop_extrapolation": early_stop_extrapolation,
+    "early_stop_extrapolation": early_stop_extrapolation, "successive_halving": successive_halving,
 }
 WITHOUT_APPLICABILITY = frozenset({"no_applicability"})
 """Policies whose features are compiled with use_applicability=False."""
 COUNTS_AS_NEW = frozenset({"no_memory"})
 """Policies that spend the exploration quota on historical candidates too."""
-OWN_TRIAL_RULE = frozenset({"early_stop_extrapolation"})
-"""Policies whose trial verdict is their own rule on the trial's curve (policies.early_stop.policy_verdict),
-not the trial's verdict under the frozen thresholds."""
 
 
 # --- the public functions --------------------------------------------------------------

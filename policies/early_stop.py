@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from policies.authorize import OWN_TRIAL_RULE, Verdict
+from policies.authorize import Verdict
 
 EXPONENTS = np.round(np.arange(0.0, 1.0 + 1e-9, 0.01), 2)
 """The grid of b searched."""
@@ -57,12 +57,3 @@ def verdict(curve: Mapping[float, float], min_gain_pp: float) -> tuple[Verdict, 
     return label, (f"early stop: target extrapolated to {c:.3g} pp at full length (c f^b, b = {b:.2f}, "
                    f"{len(points)} points); adoption needs {min_gain_pp:g}")
 
-
-def policy_verdict(policy: str, recorded: Verdict, curve: Mapping[str, float], min_gain_pp: float
-                   ) -> tuple[Verdict, str | None]:
-    """The verdict `policy` acts on: the trial's own (recorded, under the frozen thresholds), or its
-    own rule on the curve (share `"0.05"` -> target pp) with the reason. The loop and the audit's
-    counterfactual walk both call this."""
-    if policy not in OWN_TRIAL_RULE:
-        return recorded, None
-    return verdict({float(k): v for k, v in curve.items()}, min_gain_pp)

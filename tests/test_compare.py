@@ -175,6 +175,15 @@ def test_cli_rejects_unknown_policy(capsys):
     assert "unknown" in capsys.readouterr().err
 
 
+def test_cli_accepts_every_baseline_by_name(capsys):
+    """The policy names pass the check (the next check, on --seeds, is the one that refuses)."""
+    from agent.cli.main import main
+
+    assert main(["compare", "--policies", "bcit,successive_halving,early_stop_extrapolation", "--seeds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds must be" in err and "unknown" not in err
+
+
 def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     """The reader agrees with what the real loop writes (nodes + report over fake ports)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -8,10 +8,12 @@ and each trial's verdict are drawn by hypothesis, a training run writes a fake m
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from agent.loop.episode import drive
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk
 from policies.features import features_from_row
+from policies.trial_rules import OWN_TRIAL_RULE
 from support.graph_fakes import FakePorts, make_ctx
 
 SCORE = st.sampled_from([0.0, 0.5, 1.0])
@@ -65,20 +68,26 @@ class DrawnPorts(FakePorts):
         return self._train(card, parent_dir, out_dir, run_key, self.gains[card.id], "train")
 
 
+def _run(run_dir: Path, policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict,
+         shapes: dict | None = None):
+    """Drive one episode in `run_dir`: (events, outcome cells by decision hash, policy config)."""
+    cards = tuple(r["id"] for r in rows)
+    ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes)
+    ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
+                                  max_rejections=len(rows) + 1)
+    try:
+        drive(ctx, initial, run_dir / "checkpoints.sqlite")
+        events = bank.events("E-fake")
+    finally:
+        bank.close()
+    outcomes = read_outcomes(ctx.rundir.outcomes_file if ctx.rundir.outcomes_file.exists() else None)
+    return events, outcomes, ctx.manifest.policy.config
+
+
 def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict, shapes: dict | None = None):
     run_dir = Path(tempfile.mkdtemp(prefix="loop-audit-"))
     try:
-        cards = tuple(r["id"] for r in rows)
-        ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes)
-        ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
-                                      max_rejections=len(rows) + 1)
-        try:
-            drive(ctx, initial, run_dir / "checkpoints.sqlite")
-            events = bank.events("E-fake")
-        finally:
-            bank.close()
-        outcomes = read_outcomes(ctx.rundir.outcomes_file if ctx.rundir.outcomes_file.exists() else None)
-        return events, outcomes, ctx.manifest.policy.config
+        return _run(run_dir, policy, lease, rows, verdicts, gains, shapes)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -86,10 +95,23 @@ def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: d
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=st.sampled_from(sorted(POLICIES)), lease=st.integers(0, 2), data=st.data())
 def test_loop_decides_as_the_audit_walk_says(policy, lease, data):
-    n = data.draw(st.integers(3, 7), label="candidates")
+    _loop_equals_walk(policy, lease, data, n=st.integers(3, 7), gain=st.sampled_from([-3.0, 0.0, 4.0]))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy=st.sampled_from(sorted(OWN_TRIAL_RULE)), lease=st.integers(0, 1), data=st.data())
+def test_a_policy_with_its_own_trial_rule_decides_in_the_loop_as_in_the_walk(policy, lease, data):
+    """The same property for every policy whose trial verdict is its own (drawn at every run, not by
+    chance among all policies), with more candidates and gains, so successive halving ranks past
+    k = 5 and meets ties."""
+    _loop_equals_walk(policy, lease, data, n=st.integers(4, 9), gain=st.sampled_from([-3.0, 0.0, 1.0, 2.5, 4.0]))
+
+
+def _loop_equals_walk(policy: str, lease: int, data, n, gain) -> None:
+    n = data.draw(n, label="candidates")
     rows = [data.draw(candidate(i), label=f"row{i}") for i in range(n)]
     verdicts = {r["id"]: data.draw(st.sampled_from(["pass", "fail", "inconclusive"])) for r in rows}
-    gains = {r["id"]: data.draw(st.sampled_from([-3.0, 0.0, 4.0])) for r in rows}
+    gains = {r["id"]: data.draw(gain) for r in rows}
     shapes = {r["id"]: data.draw(st.sampled_from([None, "linear", "early"])) for r in rows}
     events, outcomes, config = _episode(policy, lease, rows, verdicts, gains, shapes)
     assert [e.candidate_id for e in events] == [r["id"] for r in rows]  # every candidate was decided
@@ -131,3 +153,32 @@ def test_early_stop_extrapolation_acts_on_the_curve_and_records_the_trials_own_v
                   outcomes.get(e.decision.decision_hash)) for e in events]
     assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config)] == [True, False, False]
     assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [True, True, True]
+
+
+def test_successive_halving_continues_the_top_fifth_in_the_loop_and_in_the_audit(tmp_path):
+    """Eight candidates whose trial gains are 3 1 4 1 5 9 2 6 pp (a fifth of the full gains), lease 0.
+    By hand, eta = 5: k = 1..5 keep the top 1 (cut-offs 3 3 4 4 5), k = 6..8 the top 2 (cut-offs 5 5 6),
+    so S00, S02, S04, S05 and S07 rank in. S02's trial is Inconclusive: its rank continues it without a
+    lease; S05's trial Fails: it stays rejected, and its 9 pp still holds a place (S07 ranks second).
+    validate_all, on the same cells, trains every Pass and nothing else."""
+    rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
+             "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
+            for i in range(8)]
+    gains = dict(zip((r["id"] for r in rows), (15.0, 5.0, 20.0, 5.0, 25.0, 45.0, 10.0, 30.0)))
+    verdicts = {r["id"]: "pass" for r in rows} | {"S02": "inconclusive", "S05": "fail"}
+    events, outcomes, config = _run(tmp_path, "successive_halving", 0, rows, verdicts, gains)
+    assert [e.action for e in events] == ["validate"] * 8
+    assert [e.trial_verdict for e in events] == [verdicts[r["id"]] for r in rows]  # the trial's own
+    ran = [e.candidate_id for e in events if e.full_run == "ran"]
+    assert ran == ["S00", "S02", "S04", "S07"]
+    assert "not among the top 1 of 2" in events[1].reason and "the trial failed" in events[5].reason
+    # the ledger freezes each decision's episode state: the gains of the trials before it (none: no key)
+    states = [json.loads(line)["inputs"]["state"] for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert "trial_gains" not in states[0]
+    assert states[7]["trial_gains"] == pytest.approx([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0])
+    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
+                  outcomes.get(e.decision.decision_hash)) for e in events]
+    assert [w["authorized"] for w in walk(cells, "successive_halving", config)] == [
+        True, False, True, False, True, False, False, True]
+    assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [
+        True, True, False, True, True, False, True, True]

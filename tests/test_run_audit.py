@@ -88,3 +88,29 @@ def test_replay_of_a_run_reads_the_loops_cells(tmp_path):
     assert rep["retrospective"]["cells"] == 3 and rep["retrospective"]["positive"] == 2
     cells = [json.loads(x) for x in rd.outcomes_file.read_text().splitlines()]
     assert {c["family"] for c in cells} == {"sql"} and {c["method"] for c in cells} == {"sft"}
+
+
+def test_audit_walks_successive_halving_over_the_recorded_trial_gains(tmp_path, capsys):
+    """A successive_halving run's ledger and cells, read by `agent audit`: trial gains 2, 1, 3 pp, all
+    Pass. By hand (eta = 5, top 1 of k <= 5): S01 continues (first), S02 does not (1 < 2), S03 does
+    (3 is the best). validate_all, on the same cells, authorizes all three."""
+    manifest = _manifest(tmp_path)
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    audit, ctx = RunAudit(rd, manifest), _context()
+    runs = {"S01": (2.0, 5.0), "S02": (1.0, -5.0), "S03": (3.0, 0.0)}  # trial gain, full-run gain
+    before = {"S01": (), "S02": (2.0,), "S03": (2.0, 1.0)}  # the episode state each decision is frozen with
+    for cid, (trial, full) in runs.items():
+        rec = bf.record(cid, seed=cid)
+        state = EpisodeState(trial_gains=before[cid])
+        d = decide(rec, ctx, "successive_halving", state, manifest.policy.config)
+        assert d.action == "validate"
+        audit.decision(d, rec, ctx, state)
+        audit.outcome(_ran(d, cid, full, 0.0, trial=trial), rec.card)
+    first = json.loads(rd.decisions_file.read_text().splitlines()[0])
+    assert "trial_gains" not in first["inputs"]["state"]  # an empty state keeps the bytes of before the field
+    assert main(["audit", "--json", str(rd.path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["own_policy"]["agree"] == 3
+    assert report["policies"]["successive_halving"]["authorized"] == {"beneficial": 1, "harmful": 0, "neutral": 1}
+    assert report["policies"]["validate_all"]["authorized"] == {"beneficial": 1, "harmful": 1, "neutral": 1}

@@ -9,8 +9,9 @@ was running. So a node that has an effect keys it by (episode, decision hash):
 - the trainer is idempotent on its run key `<episode>:<decision hash>:<role>`.
 
 The rules are not here: routing, the quota and the lease are policies' (`authorize`,
-`next_state`, `after_trial`), budget arithmetic is the ledger's (trainers/ledger.py), a
-trial's measurement and verdict are trainers.trial's, the adoption rule is policies.gate's.
+`next_state`, `after_trial`, and a policy's own trial verdict `policy_verdict`), budget
+arithmetic is the ledger's (trainers/ledger.py), a trial's measurement and verdict are
+trainers.trial's, the adoption rule is policies.gate's.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from experience_bank.records import CandidateCard, Decision, Event, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
-from policies.early_stop import policy_verdict
 from policies.gate import trial_paired_se
+from policies.trial_rules import TrialSeen, policy_verdict
 from trainers.steps import TrialRefused, curve_steps
 from trainers.trial import Reading, measurement
 from agent.loop.approval import hold
@@ -57,7 +58,8 @@ def _card(ctx: Ctx, state: State) -> CandidateCard:
 
 
 def _episode_state(state: State) -> EpisodeState:
-    return EpisodeState(new_proposals_used=state.get("proposals_authorized", 0), leases_used=state.get("leases_used", 0))
+    return EpisodeState(new_proposals_used=state.get("proposals_authorized", 0), leases_used=state.get("leases_used", 0),
+                        trial_gains=tuple(state.get("trial_gains") or ()))
 
 
 def _budget(ctx: Ctx) -> float:
@@ -210,7 +212,7 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
     try:
         trial_h = ctx.cost.estimate_trial(card, fraction)
     except TrialRefused as exc:  # no bounded trial exists for this card: a Fail that never ran
-        return _after_verdict(ctx, state, "fail", f"trial refused: {exc.reason}", refused=exc.reason)
+        return _after_verdict(ctx, _episode_state(state), "fail", f"trial refused: {exc.reason}", refused=exc.reason)
     models = 1 + len(curve_steps(card, fraction))  # the trial's end and its curve's snapshots
     estimate = trial_h + ctx.cost.estimate_eval(models) + _evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
                                                                         "validation")
@@ -225,10 +227,10 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
-    verdict, own = policy_verdict(ctx.manifest.policy.name, result.verdict,
-                                  {k: p["target"] for k, p in result.curve_table().items()},
-                                  ctx.manifest.gate.min_gain_pp[card.family])
-    return _after_verdict(ctx, state, verdict, own or "; ".join(result.reasons) or result.verdict)
+    measured = TrialSeen(result.verdict, result.delta_val, {k: p["target"] for k, p in result.curve_table().items()})
+    verdict, own, episode = policy_verdict(ctx.manifest.policy.name, measured, _episode_state(state),
+                                           ctx.manifest.gate.min_gain_pp[card.family])
+    return _after_verdict(ctx, episode, verdict, own or "; ".join(result.reasons) or result.verdict)
 
 
 def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Callable[[str], Any],
@@ -243,10 +245,10 @@ def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Cal
     return trial.model_copy(update={"paired_se_pp": se})
 
 
-def _after_verdict(ctx: Ctx, state: State, verdict: str, why: str, refused: str | None = None) -> dict:
-    then, _, episode = after_trial(verdict, _episode_state(state), ctx.manifest.policy.config)
+def _after_verdict(ctx: Ctx, episode: EpisodeState, verdict: str, why: str, refused: str | None = None) -> dict:
+    then, _, episode = after_trial(verdict, episode, ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
-            "leases_used": episode.leases_used, "spent_h": _spent(ctx)}
+            "leases_used": episode.leases_used, "trial_gains": list(episode.trial_gains), "spent_h": _spent(ctx)}
 
 
 def after_validate(state: State) -> str:

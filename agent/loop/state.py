@@ -79,6 +79,8 @@ class State(TypedDict, total=False):
     """Exploratory proposals routed to Validate so far (quota q)."""
     leases_used: int
     """Inconclusive trials that went on to a full run (fallback lease)."""
+    trial_gains: list[float]
+    """Target gains (pp) of the trials run so far, kept by a policy that ranks them (EpisodeState.trial_gains)."""
     refused: str | None
     """Why a trial or full run the decision allowed was not started (None: none was refused)."""
     stop_reason: str | None
