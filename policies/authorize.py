@@ -139,9 +139,15 @@ def validate_all(f, st, cfg):
 
 
 def early_stop_extrapolation(f, st, cfg):
-    # Routes as validate_all; its trial verdict is its own (policies.early_stop, OWN_TRIAL_RULE).
+    # Routes as validate_all; its trial verdict is its own (policies.early_stop, policies.trial_rules).
     action, rule, n = validate_all(f, st, cfg)
     return action, rule.replace("validate_all", "early_stop_extrapolation"), n
+
+
+def bcit_predictive(f, st, cfg):
+    # Routes as bcit; its trial verdict is the learned go/no-go's (policies.predictive, policies.trial_rules).
+    action, rule, n = bcit(f, st, cfg)
+    return action, rule.replace("bcit", "bcit_predictive", 1), n
 
 
 def reuse_all(f, st, cfg):
@@ -183,15 +189,15 @@ POLICIES: dict[str, Policy] = {
     "validate_all": validate_all, "reuse_all": reuse_all, "no_memory": no_memory,
     "reject_unresolved": reject_unresolved, "no_applicability": no_applicability,
     "no_hard_veto": no_hard_veto, "applicability_only": applicability_only,
-    "early_stop_extrapolation": early_stop_extrapolation,
+    "early_stop_extrapolation": early_stop_extrapolation, "bcit_predictive": bcit_predictive,
 }
 WITHOUT_APPLICABILITY = frozenset({"no_applicability"})
 """Policies whose features are compiled with use_applicability=False."""
 COUNTS_AS_NEW = frozenset({"no_memory"})
 """Policies that spend the exploration quota on historical candidates too."""
-OWN_TRIAL_RULE = frozenset({"early_stop_extrapolation"})
-"""Policies whose trial verdict is their own rule on the trial's curve (policies.early_stop.policy_verdict),
-not the trial's verdict under the frozen thresholds."""
+NEEDS_GONOGO = frozenset({"bcit_predictive"})
+"""Policies whose trial rule reads a fitted go/no-go model (the run config's gonogo_model, frozen
+in the manifest). Which policies have their own trial rule: policies.trial_rules.TRIAL_RULES."""
 
 
 # --- the public functions --------------------------------------------------------------

@@ -16,7 +16,8 @@ is c.
 A trial with fewer than two points (a card too short for a 5 % or 10 % snapshot, or a trial
 recorded before curves existed) has no curve: the verdict is Inconclusive, and the episode's
 fallback lease decides, as for every other policy. Hard failures are not this rule's business:
-the gate still refuses a full run with one.
+the gate still refuses a full run with one. The loop and the audit reach this rule through
+policies.trial_rules.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from policies.authorize import OWN_TRIAL_RULE, Verdict
+from policies.authorize import Verdict
 
 EXPONENTS = np.round(np.arange(0.0, 1.0 + 1e-9, 0.01), 2)
 """The grid of b searched."""
@@ -56,13 +57,3 @@ def verdict(curve: Mapping[float, float], min_gain_pp: float) -> tuple[Verdict, 
     label: Verdict = "pass" if c >= min_gain_pp else "fail"
     return label, (f"early stop: target extrapolated to {c:.3g} pp at full length (c f^b, b = {b:.2f}, "
                    f"{len(points)} points); adoption needs {min_gain_pp:g}")
-
-
-def policy_verdict(policy: str, recorded: Verdict, curve: Mapping[str, float], min_gain_pp: float
-                   ) -> tuple[Verdict, str | None]:
-    """The verdict `policy` acts on: the trial's own (recorded, under the frozen thresholds), or its
-    own rule on the curve (share `"0.05"` -> target pp) with the reason. The loop and the audit's
-    counterfactual walk both call this."""
-    if policy not in OWN_TRIAL_RULE:
-        return recorded, None
-    return verdict({float(k): v for k, v in curve.items()}, min_gain_pp)

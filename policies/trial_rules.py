@@ -1,0 +1,72 @@
+"""The policies whose trial verdict is their own rule, not the trial's verdict under the frozen
+thresholds: one table, TRIAL_RULES, from policy name to its rule.
+
+The loop's validate node (agent/loop/nodes.py) and the audit's counterfactual walk
+(policies.audit.walk) both call `policy_verdict` with the same TrialFacts, so the verdict a
+policy acted on in an episode is the one its audit recomputes. A rule may return no verdict
+(None) only where the audit lacks what it reads (a ledger without a frozen go/no-go model or
+card): the walk then leaves the cell undetermined, never guessed; in an episode every input a
+rule reads is frozen at the start, so it always decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from experience_bank.records import Features, TrialCurve
+from policies import early_stop, predictive
+from policies.authorize import Verdict
+from policies.curves import CardFacts
+from policies.gonogo import GoNoGo
+
+
+@dataclass(frozen=True)
+class TrialFacts:
+    """Everything a trial rule may read about one trial, all frozen before its full run."""
+
+    recorded: Verdict
+    """The trial's own verdict under the run's frozen thresholds (trainers.trial.verdict)."""
+    curve: TrialCurve
+    """The trial's curve: share of the nominal steps (`0.05`) -> {`target`: pp, retention metric: pp}."""
+    min_gain_pp: float
+    """The gate's adoption threshold for the card's family."""
+    card: CardFacts | None = None
+    """The card's facts (policies.curves.card_facts); None where the audit has no frozen record."""
+    features: Features | None = None
+    """The decision's compiled features (the record's S, A and grade)."""
+    gonogo: GoNoGo | None = None
+    """The run's frozen go/no-go model (bcit_predictive); None where none was frozen."""
+
+
+class OwnVerdict(NamedTuple):
+    verdict: Verdict | None
+    """What the policy acts on; None: undetermined from what the audit holds."""
+    reason: str | None
+    """Why (None: the trial's own verdict, no rule of the policy's)."""
+    contributions: tuple[tuple[str, float], ...] = ()
+    """A learned rule's largest feature contributions (policies.gonogo.top_contributions)."""
+
+
+def _early_stop(facts: TrialFacts) -> OwnVerdict:
+    return OwnVerdict(*early_stop.verdict({float(k): p["target"] for k, p in facts.curve.items()}, facts.min_gain_pp))
+
+
+def _predictive(facts: TrialFacts) -> OwnVerdict:
+    if facts.gonogo is None or facts.card is None:
+        return OwnVerdict(None, "go/no-go: no frozen model or card to decide with")
+    return OwnVerdict(*predictive.verdict(facts.gonogo, facts.recorded, facts.curve, facts.card, facts.features))
+
+
+TRIAL_RULES: Mapping[str, Callable[[TrialFacts], OwnVerdict]] = {
+    "early_stop_extrapolation": _early_stop,
+    "bcit_predictive": _predictive,
+}
+"""Policy name -> its own trial rule; a policy not here acts on the trial's recorded verdict."""
+
+
+def policy_verdict(policy: str, facts: TrialFacts) -> OwnVerdict:
+    """The verdict `policy` acts on: its own rule's, or the trial's recorded one (reason None)."""
+    rule = TRIAL_RULES.get(policy)
+    return rule(facts) if rule is not None else OwnVerdict(facts.recorded, None)
