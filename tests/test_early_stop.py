@@ -2,7 +2,8 @@
 
 import pytest
 
-from policies.early_stop import fit, policy_verdict, verdict
+from policies.early_stop import fit, verdict
+from policies.trial_rules import OwnVerdict, TrialFacts, policy_verdict
 
 
 @pytest.mark.parametrize("b", [0.3, 0.5, 1.0])
@@ -25,6 +26,6 @@ def test_the_verdict_compares_the_full_length_value_with_the_adoption_threshold(
 
 
 def test_only_a_policy_with_its_own_rule_departs_from_the_recorded_verdict():
-    curve = {"0.05": 0.0, "0.10": 0.0, "0.20": 0.0}
-    assert policy_verdict("bcit", "pass", curve, 1.0) == ("pass", None)
-    assert policy_verdict("early_stop_extrapolation", "pass", curve, 1.0)[0] == "fail"
+    facts = TrialFacts("pass", {k: {"target": 0.0} for k in ("0.05", "0.10", "0.20")}, 1.0)
+    assert policy_verdict("bcit", facts) == OwnVerdict("pass", None)
+    assert policy_verdict("early_stop_extrapolation", facts).verdict == "fail"
