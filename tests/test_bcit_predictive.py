@@ -178,3 +178,9 @@ def test_an_episode_reports_why_and_its_audit_recomputes_every_verdict_from_the_
     assert validated and all(authorized is not None for _, authorized in validated)
     assert [(e.candidate_id, e.full_run == "ran") for e in events if e.action == "validate"] == validated
     assert all(e.trial_contributions for e in events if e.action == "validate")
+
+
+def test_compare_refuses_bcit_predictive_without_a_model_before_any_episode(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "--policies", "bcit,bcit_predictive", "--seeds", "2", "--out", "c"]) == 2
+    assert "agent gonogo SOURCES --model OUT.json" in capsys.readouterr().err and not (tmp_path / "c").exists()
