@@ -7,8 +7,10 @@ comes from one seed of one executed Retrospective cell (agent/experiments/retros
 its full run, every value an effect in pp against the matched control trained the same way.
 The outcome class is policies.outcomes' rule on the full run, never a copy of it.
 
-Card fields (adapter, learning rate, steps, replay share) come from the card where it is given;
-a cell read without its card (an older ledger) leaves them None.
+Card fields (adapter, learning rate, steps, replay share) come from the card where it is given
+(`card_facts`, the one reading of a CandidateCard's); a cell read without its card (an older
+ledger) leaves them None. An episode's trial, which has no full run yet, is read with
+`trial_curve` and `card_facts` (bcit_predictive's verdict, policies/predictive.py).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class CardFacts(Protocol):
     def replay_share(self) -> float | None: ...
 
 
-class Card(Frozen):
+class CardFields(Frozen):
     """A card's CardFacts, where the card is at hand (an episode's candidate)."""
 
     family: str
@@ -66,9 +68,9 @@ class Card(Frozen):
     replay_share: float | None
 
 
-def card_facts(card: CandidateCard) -> Card:
+def card_facts(card: CandidateCard) -> CardFields:
     """The one reading of a CandidateCard's fields that a paired run and a go/no-go carry."""
-    return Card(family=card.family, method=card.method, adapter=card.adapter.kind,
+    return CardFields(family=card.family, method=card.method, adapter=card.adapter.kind,
                 learning_rate=card.hparams.learning_rate, nominal_steps=card.budget.steps,
                 replay_share=card.data.replay_share)
 

@@ -20,13 +20,13 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
 from policies import EpisodeState, PolicyConfig, authorize, gonogo
 from policies.audit import cells_from_entries, read_outcomes, verify_ledger, walk
-from policies.curves import Card, trial_curve
+from policies.curves import CardFields, trial_curve
 from policies.features import features_from_row
 from policies.predictive import verdict
 from support.gonogo_fixture import fitted_model, write_model
 from support.graph_fakes import make_ctx, run_fake
 
-CARD = Card(family="sql", method="sft", adapter="lora", learning_rate=1e-4, nominal_steps=100, replay_share=0.0)
+CARD = CardFields(family="sql", method="sft", adapter="lora", learning_rate=1e-4, nominal_steps=100, replay_share=0.0)
 RISING = {f"{f:.2f}": {"target": 0.8 * f / 0.2, "ifeval.prompt_strict": 0.0} for f in (0.05, 0.10, 0.20)}
 FALLING = {f"{f:.2f}": {"target": -0.6 * f / 0.2, "ifeval.prompt_strict": 0.0} for f in (0.05, 0.10, 0.20)}
 ROW = {"id": "S01", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0, "data": 1.0,
