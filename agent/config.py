@@ -94,6 +94,9 @@ class RunConfig(BaseModel):
     """Episode budget in device-hours (`36gpuh`, `2.5h`, `90m`)."""
     policy: str = "bcit"
     """Authorization policy name (policies.POLICIES)."""
+    gonogo_model: str | None = None
+    """A fitted go/no-go model (`agent gonogo SOURCES --model OUT.json`): bcit_predictive's trial rule
+    reads it (required for that policy, unread by the others); frozen into the run directory at start."""
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Seed of training, sampling and generation."""
     bank: str = "runs/bank.sqlite"
@@ -202,8 +205,8 @@ class RunConfig(BaseModel):
         return own if own is not None else eval_sizes(self.world_kind).suite_n(suite)
 
 
-FLAG_KEYS = ("episode_budget", "policy", "seed", "world_seed", "bank", "out", "proposer", "base_url", "model", "quiet",
-             "tracking", "tracking_uri", "cards", "cards_only", "approve")
+FLAG_KEYS = ("episode_budget", "policy", "gonogo_model", "seed", "world_seed", "bank", "out", "proposer", "base_url",
+             "model", "quiet", "tracking", "tracking_uri", "cards", "cards_only", "approve")
 """Config keys that `agent run` also takes as flags (flags win)."""
 
 

@@ -166,13 +166,15 @@ class CandidateCard(Frozen):
 # --- contexts and applicability --------------------------------------------------------
 
 
-def _omit_empty(field: str):
-    """A wrap serializer that drops `field` where it is empty, so a record written before the field
-    existed keeps its bytes and hash."""
+def omit_empty(*fields: str):
+    """A wrap serializer that drops each of `fields` where it is empty, so a record written before
+    the field existed keeps its bytes and hash."""
     def omit(self, handler):
         data = handler(self)
-        if isinstance(data, dict) and not data.get(field):
-            data.pop(field, None)
+        if isinstance(data, dict):
+            for field in fields:
+                if not data.get(field):
+                    data.pop(field, None)
         return data
     return omit
 
@@ -192,7 +194,7 @@ class ModelRef(Frozen):
 
     # A ref without lineage serialises exactly as before the field existed, so every record
     # and decision hashed before keeps its hash.
-    _omit_empty_lineage = model_serializer(mode="wrap")(_omit_empty("lineage"))
+    _omit_empty_lineage = model_serializer(mode="wrap")(omit_empty("lineage"))
 
 
 class SourceContext(Frozen):
@@ -320,7 +322,7 @@ class SourceEvidence(Frozen):
     trial_curve: TrialCurve = {}
     """The bounded trial's curve where one ran (an episode's observation); see TrialCurve."""
 
-    _omit_empty_curve = model_serializer(mode="wrap")(_omit_empty("trial_curve"))
+    _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve"))
 
     @model_validator(mode="after")
     def _chi_iff_a(self) -> "SourceEvidence":
@@ -497,6 +499,10 @@ class Event(Frozen):
     """The trial's IFEval effects vs the initial parent on validation (pp), where measured."""
     trial_curve: TrialCurve = {}
     """The trial's curve (TrialCurve), where it ran and recorded one."""
+    trial_contributions: tuple[tuple[str, float], ...] = ()
+    """Why a learned trial rule decided as it did (bcit_predictive's go/no-go): its largest feature
+    contributions to the log-odds of P(harmful), (feature, coefficient x standardised value), largest
+    |value| first; positive pushes toward no-go. Empty for every other policy."""
     target_metric: str | None = None
     """The card's target metric key (`<family>/target.<metric>`), where a full run was judged."""
     target_gain: float | None = None
@@ -510,7 +516,7 @@ class Event(Frozen):
     refused: Annotated[str, Field(max_length=500)] | None = None
     """Why a trial or full run that the decision allowed was not started (budget, no bounded trial)."""
 
-    _omit_empty_curve = model_serializer(mode="wrap")(_omit_empty("trial_curve"))
+    _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve", "trial_contributions"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "Event":

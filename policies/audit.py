@@ -27,21 +27,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import chain_hash, content_hash, loads_strict
 from experience_bank.records import (
-    CurrentContext, Decision, Features, Frozen, Ident, Sha256, parse_model, parse_record,
+    CurrentContext, Decision, Features, Frozen, Ident, Sha256, TrialCurve, omit_empty, parse_model, parse_record,
 )
 from policies import stats
 from policies.authorize import (
     POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
 )
+from policies.curves import CardFacts, card_facts
 from policies.features import compile as compile_features
 from policies.gate import GateConfig
+from policies.gonogo import GoNoGo
 from policies.outcomes import OUTCOME_CLASSES, UNCERTAIN, IntervalClass
-from policies.trial_rules import TrialSeen, policy_verdict
+from policies.trial_rules import TrialFacts, policy_verdict
 
 GENESIS = "0" * 64
 DECISIONS_FILE = "decisions.jsonl"
@@ -74,6 +76,9 @@ class OutcomeCell(Frozen):
     """Delta_val of the trial in pp."""
     short: dict[Literal["0.05", "0.10", "0.20"], float] = {}
     """Short-run target effects by budget fraction, where run."""
+    trial_curve: TrialCurve = {}
+    """An episode's trial curve with its retention effects (Event.trial_curve), where recorded: what
+    a learned trial rule reads (policies.trial_rules). Omitted where empty (cells from before keep their bytes)."""
     full: dict[Literal["target", "ifeval_p", "ifeval_i"], float] = {}
     """Full-run effects in pp (target, IFEval prompt / instruction strict), where run."""
     trial_device_hours: Annotated[float, Field(ge=0.0)] = 0.0
@@ -85,6 +90,8 @@ class OutcomeCell(Frozen):
     `trial_delta` are seed means and `trial_verdict` is the verdict of those means."""
     full_ci: dict[Literal["target", "ifeval_p", "ifeval_i"], tuple[float, float]] = {}
     """95 % Student-t intervals of the full-run effects over the seeds (pp), where seeds >= 2."""
+
+    _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve"))
 
 
 # --- writing -----------------------------------------------------------------------------
@@ -196,13 +203,16 @@ class Cell:
     features_without_applicability: Features | None
     nu: str
     outcome: OutcomeCell | None
+    card: CardFacts | None = None
+    """The candidate's card facts (from the frozen record), which a learned trial rule reads."""
 
 
 def walk(cells: list[Cell], policy: str, config: PolicyConfig,
-         min_gain_pp: Mapping[str, float] | None = None) -> list[dict]:
+         min_gain_pp: Mapping[str, float] | None = None, gonogo: GoNoGo | None = None) -> list[dict]:
     """Route every cell in order under `policy`, spending quota and lease per episode.
     `min_gain_pp`: the gate's adoption threshold per family, which a policy with its own trial
-    rule compares its prediction with (None: the gate's default)."""
+    rule compares its prediction with (None: the gate's default); `gonogo`: the run's frozen
+    go/no-go model (None: bcit_predictive's trial verdicts are undetermined)."""
     gains = dict(min_gain_pp) if min_gain_pp is not None else GateConfig().min_gain_pp
     rows, states = [], {}
     for c in cells:
@@ -212,14 +222,14 @@ def walk(cells: list[Cell], policy: str, config: PolicyConfig,
             rows.append({"action": None, "rule": "no frozen record to compile without B_i", "authorized": None, "spent": 0.0})
             continue
         d = authorize(f, policy, st, config)
-        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config, policy, gains)
+        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config, policy, gains, gonogo)
         states[c.episode_id] = st
         rows.append({"action": d.action, "rule": d.rule, "authorized": authorized, "spent": spent, "after_trial": note})
     return rows
 
 
 def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig, policy: str,
-             min_gain_pp: Mapping[str, float]):
+             min_gain_pp: Mapping[str, float], gonogo: GoNoGo | None = None):
     """(authorized, device-hours spent, trial note, state after) for one routed cell."""
     o = c.outcome
     full = o.full_device_hours if o else 0.0
@@ -231,7 +241,12 @@ def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig, polic
         return None, 0.0, "trial not recorded", st
     # a cell without its family (older ledgers) is held to the strictest family's threshold
     threshold = min_gain_pp[o.family] if o.family in min_gain_pp else max(min_gain_pp.values())
-    verdict, _, st = policy_verdict(policy, TrialSeen(o.trial_verdict, o.trial_delta, o.short), st, threshold)
+    # an episode's cell carries its whole curve; a retrospective's only the short runs' targets
+    curve = o.trial_curve or {k: {"target": v} for k, v in o.short.items()}
+    facts = TrialFacts(o.trial_verdict, curve, threshold, o.trial_delta, c.card, c.features, gonogo)
+    (verdict, why, _), st = policy_verdict(policy, facts, st)
+    if verdict is None:
+        return None, 0.0, why, st
     then, note, st = after_trial(verdict, st, config)
     # nu = continue resumes the trial's prefix, so the full run costs only its remainder.
     extra = 0.0 if then == "reject" else (full - o.trial_device_hours if c.nu == "continue" else full)
@@ -284,10 +299,11 @@ def mcnemar_table(cells: list[Cell], walks: dict[str, list[dict]], base: str = "
     return out
 
 
-def score_policies(cells: list[Cell], config: PolicyConfig, min_gain_pp: Mapping[str, float] | None = None) -> dict:
+def score_policies(cells: list[Cell], config: PolicyConfig, min_gain_pp: Mapping[str, float] | None = None,
+                   gonogo: GoNoGo | None = None) -> dict:
     """Counterfactual walks of every policy, and the audit metrics where outcomes exist
-    (`min_gain_pp`: the run's adoption thresholds, as `walk` takes them)."""
-    walks = {p: walk(cells, p, config, min_gain_pp) for p in POLICIES}
+    (`min_gain_pp`, `gonogo`: the run's adoption thresholds and go/no-go, as `walk` takes them)."""
+    walks = {p: walk(cells, p, config, min_gain_pp, gonogo) for p in POLICIES}
     has_outcomes = any(_classified(c) for c in cells)
     return {"walks": walks, "policies": {p: policy_metrics(cells, w) for p, w in walks.items()} if has_outcomes else {},
             "mcnemar_p": mcnemar_table(cells, walks) if has_outcomes else {}, "coverage": coverage(cells)}
@@ -342,7 +358,8 @@ def cells_from_entries(entries: list[Entry], outcomes: dict[str, OutcomeCell]) -
         return compile_features(e.record, e.context, use_applicability=False, conflicted=e.features.conflicted,
                                 discounts=e.config.discounts)
     return [Cell(e.decision.candidate_id, e.episode_id, e.features, without(e), e.features.nu,
-                 outcomes.get(e.decision.decision_hash)) for e in entries]
+                 outcomes.get(e.decision.decision_hash), card_facts(e.record.card) if e.record is not None else None)
+            for e in entries]
 
 
 def read_outcomes(path: Path | None) -> dict[str, OutcomeCell]:
@@ -360,9 +377,10 @@ def own_policy_agreement(entries: list[Entry], walks: dict[str, list[dict]]) -> 
     return {"policy": policy, "agree": len(entries) - len(differs), "of": len(entries), "differs_at": differs}
 
 
-def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None) -> dict:
+def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None, gonogo: GoNoGo | None = None) -> dict:
     """Verify every decision hash for hash, then (only then) score outcomes; `ok` False on any mismatch.
-    `min_gain_pp`: the run's adoption thresholds per family (its manifest's gate; None: the gate's default)."""
+    `min_gain_pp`: the run's adoption thresholds per family (its manifest's gate; None: the gate's default);
+    `gonogo`: the run's frozen go/no-go model (agent/run/gonogo_model.py reads it; None: none was frozen)."""
     ledger, outcomes_path = _ledger_paths(path)
     lines = _lines(ledger)
     if not lines:
@@ -374,7 +392,7 @@ def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None) -> d
         return report
     config = entries[0].config
     cells = cells_from_entries(entries, read_outcomes(outcomes_path))  # outcomes opened only now
-    scored = score_policies(cells, config, min_gain_pp)
+    scored = score_policies(cells, config, min_gain_pp, gonogo)
     report["own_policy"] = own_policy_agreement(entries, scored["walks"])
     if report["own_policy"]["differs_at"]:
         report["ok"] = False

@@ -25,7 +25,7 @@ from pydantic import Field, model_serializer
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, decision_hash
-from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal, _omit_empty
+from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal, omit_empty
 from policies.features import compile as compile_features
 
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -63,7 +63,7 @@ class EpisodeState(Frozen):
 
     # Empty for every other policy, and then absent from the JSON: a state written before the field
     # existed keeps its bytes, and the ledger entry that holds it its hash.
-    _omit_empty_gains = model_serializer(mode="wrap")(_omit_empty("trial_gains"))
+    _omit_empty_gains = model_serializer(mode="wrap")(omit_empty("trial_gains"))
 
 
 LEASE_READING = ("a count of Inconclusive trials per episode that may still go to Train, spent in "
@@ -158,6 +158,12 @@ def successive_halving(f, st, cfg):
     return action, rule.replace("validate_all", "successive_halving"), n
 
 
+def bcit_predictive(f, st, cfg):
+    # Routes as bcit; its trial verdict is the learned go/no-go's (policies.predictive, policies.trial_rules).
+    action, rule, n = bcit(f, st, cfg)
+    return action, rule.replace("bcit", "bcit_predictive", 1), n
+
+
 def reuse_all(f, st, cfg):
     n = _nums(f, cfg, delta_src=f.delta_src)
     if f.is_new:
@@ -198,11 +204,15 @@ POLICIES: dict[str, Policy] = {
     "reject_unresolved": reject_unresolved, "no_applicability": no_applicability,
     "no_hard_veto": no_hard_veto, "applicability_only": applicability_only,
     "early_stop_extrapolation": early_stop_extrapolation, "successive_halving": successive_halving,
+    "bcit_predictive": bcit_predictive,
 }
 WITHOUT_APPLICABILITY = frozenset({"no_applicability"})
 """Policies whose features are compiled with use_applicability=False."""
 COUNTS_AS_NEW = frozenset({"no_memory"})
 """Policies that spend the exploration quota on historical candidates too."""
+NEEDS_GONOGO = frozenset({"bcit_predictive"})
+"""Policies whose trial rule reads a fitted go/no-go model (the run config's gonogo_model, frozen
+in the manifest). Which policies have their own trial rule: policies.trial_rules.TRIAL_RULES."""
 
 
 # --- the public functions --------------------------------------------------------------

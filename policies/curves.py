@@ -7,14 +7,17 @@ comes from one seed of one executed Retrospective cell (agent/experiments/retros
 its full run, every value an effect in pp against the matched control trained the same way.
 The outcome class is policies.outcomes' rule on the full run, never a copy of it.
 
-Card fields (adapter, learning rate, steps, replay share) come from the card where it is given;
-a cell read without its card (an older ledger) leaves them None.
+Card fields (adapter, learning rate, steps, replay share) come from the card where it is given
+(`card_facts`, the one reading of a CandidateCard's); a cell read without its card (an older
+ledger) leaves them None. An episode's trial, which has no full run yet, is read with
+`trial_curve` and `card_facts` (bcit_predictive's verdict, policies/predictive.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 import json
 
 from experience_bank.errors import BadInput
@@ -35,6 +38,50 @@ class CurvePoint(Frozen):
     """Retention effects (pp) by metric (RETENTION) against the matched control."""
     hard_failure: bool = False
     """A training sanity check failed on this run."""
+
+
+class CardFacts(Protocol):
+    """What a go/no-go reads of a card (a PairedRun has these; so has `card_facts` of a CandidateCard)."""
+
+    @property
+    def family(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def adapter(self) -> str | None: ...
+    @property
+    def learning_rate(self) -> float | None: ...
+    @property
+    def nominal_steps(self) -> int | None: ...
+    @property
+    def replay_share(self) -> float | None: ...
+
+
+class CardFields(Frozen):
+    """A card's CardFacts, where the card is at hand (an episode's candidate)."""
+
+    family: str
+    method: str
+    adapter: str | None
+    learning_rate: float | None
+    nominal_steps: int | None
+    replay_share: float | None
+
+
+def card_facts(card: CandidateCard) -> CardFields:
+    """The one reading of a CandidateCard's fields that a paired run and a go/no-go carry."""
+    return CardFields(family=card.family, method=card.method, adapter=card.adapter.kind,
+                learning_rate=card.hparams.learning_rate, nominal_steps=card.budget.steps,
+                replay_share=card.data.replay_share)
+
+
+def trial_curve(table: Mapping[str, Mapping[str, float]]) -> tuple[CurvePoint, ...]:
+    """An episode's trial curve (experience_bank.records.TrialCurve: share -> {`target`, metric: pp})
+    as curve points, ascending; its retention metrics are those of RETENTION it holds. No point is a
+    hard failure: a trial with one is a Fail, which no trial rule overrides."""
+    return tuple(sorted((CurvePoint(fraction=float(k), target_pp=float(p["target"]),
+                                    retention_pp={m: float(p[m]) for m in RETENTION if m in p})
+                         for k, p in table.items()), key=lambda p: p.fraction))
 
 
 class PairedRun(Frozen):
@@ -78,8 +125,7 @@ def paired_run(cell: Mapping, *, world_seed: int, card: CandidateCard | None = N
         raise BadInput(f"cell {cell.get('id', '?')!r} is not an executed retrospective cell ({exc!r}): "
                        "pass the cell.json files of `agent retrospective --execute`") from exc
     if card is not None:
-        fields |= dict(adapter=card.adapter.kind, learning_rate=card.hparams.learning_rate,
-                       nominal_steps=card.budget.steps, replay_share=card.data.replay_share)
+        fields |= card_facts(card).model_dump(include={"adapter", "learning_rate", "nominal_steps", "replay_share"})
     return PairedRun(**fields)
 
 

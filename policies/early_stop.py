@@ -16,7 +16,8 @@ is c.
 A trial with fewer than two points (a card too short for a 5 % or 10 % snapshot, or a trial
 recorded before curves existed) has no curve: the verdict is Inconclusive, and the episode's
 fallback lease decides, as for every other policy. Hard failures are not this rule's business:
-the gate still refuses a full run with one.
+the gate still refuses a full run with one. The loop and the audit reach this rule through
+policies.trial_rules.
 """
 
 from __future__ import annotations
@@ -56,4 +57,3 @@ def verdict(curve: Mapping[float, float], min_gain_pp: float) -> tuple[Verdict, 
     label: Verdict = "pass" if c >= min_gain_pp else "fail"
     return label, (f"early stop: target extrapolated to {c:.3g} pp at full length (c f^b, b = {b:.2f}, "
                    f"{len(points)} points); adoption needs {min_gain_pp:g}")
-

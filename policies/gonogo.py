@@ -49,7 +49,7 @@ from experience_bank.hashing import content_hash
 from experience_bank.families import FAMILIES
 from experience_bank.records import Frozen, Grade, parse_model
 from experience_bank.results import SHORT_FRACTIONS
-from policies.curves import RETENTION, PairedRun
+from policies.curves import RETENTION, CardFacts, CurvePoint, PairedRun
 from policies.stats import clopper_pearson
 
 FRACTIONS = SHORT_FRACTIONS
@@ -59,6 +59,8 @@ THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 21))
 """The candidate thresholds on P(harmful), fixed before any data (Bonferroni counts them)."""
 DEFAULT_C = 1.0
 """Inverse L2 strength of both heads: sklearn's default, not tuned on the bank's outcomes."""
+TOP_CONTRIBUTIONS = 5
+"""Contributions a decision's report shows (the largest by |value|)."""
 
 Record = Mapping[str, Any]
 """A record's numbers the go/no-go reads: S, A and grade (a compiled Features dump, or a subset)."""
@@ -67,26 +69,26 @@ Record = Mapping[str, Any]
 # --- features: the one list ---------------------------------------------------------------------
 
 
-def _point(run: PairedRun, fraction: float):
-    return next((p for p in run.curve if math.isclose(p.fraction, fraction)), None)
+def _point(curve: Sequence[CurvePoint], fraction: float):
+    return next((p for p in curve if math.isclose(p.fraction, fraction)), None)
 
 
-def _curve_features(run: PairedRun) -> dict[str, float]:
+def _curve_features(curve: Sequence[CurvePoint]) -> dict[str, float]:
     out: dict[str, float] = {}
     for f in FRACTIONS:
-        p = _point(run, f)
+        p = _point(curve, f)
         out[f"target@{f:.2f}"] = p.target_pp if p else 0.0
         for m in RETENTION:
             out[f"{m}@{f:.2f}"] = p.retention_pp.get(m, 0.0) if p else 0.0
         out[f"missing@{f:.2f}"] = 0.0 if p else 1.0
-    first, last = _point(run, FRACTIONS[0]), _point(run, FRACTIONS[-1])
+    first, last = _point(curve, FRACTIONS[0]), _point(curve, FRACTIONS[-1])
     span = FRACTIONS[-1] - FRACTIONS[0]
     both = first is not None and last is not None
     out["target_slope"] = (last.target_pp - first.target_pp) / span if both else 0.0
     # Retention's worst metric: the outcome rule fails a run on either IFEval metric.
     out["retention_min_slope"] = ((min(last.retention_pp.values()) - min(first.retention_pp.values())) / span
                                   if both else 0.0)
-    out["trial_hard_failure"] = float(any(p.hard_failure for p in run.curve))
+    out["trial_hard_failure"] = float(any(p.hard_failure for p in curve))
     return out
 
 
@@ -95,13 +97,13 @@ def _known(name: str, value: float | None) -> dict[str, float]:
     return {name: 0.0 if value is None else float(value), f"{name}_missing": float(value is None)}
 
 
-def _card_features(run: PairedRun) -> dict[str, float]:
-    out = {"method_grpo": float(run.method == "grpo")}
-    out |= {f"family_{f}": float(run.family == f) for f in FAMILIES}
-    out |= {"adapter_lora": float(run.adapter == "lora"), "adapter_missing": float(run.adapter is None)}
-    out |= _known("log10_lr", None if run.learning_rate is None else math.log10(run.learning_rate))
-    out |= _known("log2_steps", None if run.nominal_steps is None else math.log2(run.nominal_steps))
-    out |= _known("replay_share", run.replay_share)
+def _card_features(card: CardFacts) -> dict[str, float]:
+    out = {"method_grpo": float(card.method == "grpo")}
+    out |= {f"family_{f}": float(card.family == f) for f in FAMILIES}
+    out |= {"adapter_lora": float(card.adapter == "lora"), "adapter_missing": float(card.adapter is None)}
+    out |= _known("log10_lr", None if card.learning_rate is None else math.log10(card.learning_rate))
+    out |= _known("log2_steps", None if card.nominal_steps is None else math.log2(card.nominal_steps))
+    out |= _known("replay_share", card.replay_share)
     return out
 
 
@@ -114,7 +116,13 @@ def _record_features(record: Record | None) -> dict[str, float]:
 
 def features(run: PairedRun, record: Record | None = None) -> dict[str, float]:
     """The go/no-go's named features of one run (the same names, in the same order, for every run)."""
-    return _curve_features(run) | _card_features(run) | _record_features(record)
+    return probe_features(run.curve, run, record)
+
+
+def probe_features(curve: Sequence[CurvePoint], card: CardFacts, record: Record | None = None) -> dict[str, float]:
+    """The same features from a short run's curve, its card's facts and its record alone: what a
+    trial knows before its full run (bcit_predictive's verdict, policies.trial_rules)."""
+    return _curve_features(curve) | _card_features(card) | _record_features(record)
 
 
 FEATURE_NAMES: tuple[str, ...] = tuple(features(PairedRun(
@@ -334,6 +342,12 @@ class GoDecision(Frozen):
     threshold: float | None
     contributions: dict[str, float]
     """Feature -> coefficient x standardised value in P(harmful)'s log-odds (positive: toward no-go)."""
+
+
+def top_contributions(decision: GoDecision, k: int = TOP_CONTRIBUTIONS) -> tuple[tuple[str, float], ...]:
+    """The k largest contributions by |value| (ties by feature order), rounded for a report."""
+    ranked = sorted(decision.contributions.items(), key=lambda kv: -abs(kv[1]))
+    return tuple((name, round(value, 4)) for name, value in ranked[:k])
 
 
 def decide(model: GoNoGo, run_features: Mapping[str, float]) -> GoDecision:

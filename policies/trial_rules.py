@@ -1,48 +1,87 @@
 """The trial verdict a policy acts on (docs/AUTHORIZER.md §8): the trial's own, under the frozen
-thresholds, or, for a policy in OWN_TRIAL_RULE, that policy's rule on what the trial measured.
+thresholds, or, for a policy in TRIAL_RULES, that policy's rule on what the trial measured.
 
 One table from policy name to rule, and one function, `policy_verdict`, that the loop's validate
-node and the audit's counterfactual walk both call with the same inputs, so the two cannot
-differ. A rule may keep episode facts in EpisodeState (successive halving keeps the gains it
-ranks); it returns the state after the trial, which policies.after_trial then routes on.
+node (agent/loop/nodes.py) and the audit's counterfactual walk (policies.audit.walk) both call
+with the same TrialFacts and episode state, so the verdict a policy acted on in an episode is
+the one its audit recomputes. A rule may keep episode facts in EpisodeState (successive halving
+keeps the gains it ranks) and returns the state after the trial, which policies.after_trial
+then routes on. A rule may return no verdict (None) only where the audit lacks what it reads (a
+ledger without a frozen go/no-go model or card): the walk then leaves the cell undetermined,
+never guessed; in an episode every input a rule reads is frozen at the start, so it always decides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from policies import early_stop, halving
+from experience_bank.records import Features, TrialCurve
+from policies import early_stop, halving, predictive
 from policies.authorize import EpisodeState, Verdict
+from policies.curves import CardFacts
+from policies.gonogo import GoNoGo
 
 
 @dataclass(frozen=True)
-class TrialSeen:
-    """What a trial rule may read of one trial."""
+class TrialFacts:
+    """Everything a trial rule may read about one trial, all frozen before its full run."""
 
-    verdict: Verdict
-    """The trial's own verdict under the frozen thresholds."""
-    gain: float | None
+    recorded: Verdict
+    """The trial's own verdict under the run's frozen thresholds (trainers.trial.verdict)."""
+    curve: TrialCurve
+    """The trial's curve: share of the nominal steps (`0.05`) -> {`target`: pp, retention metric: pp}."""
+    min_gain_pp: float
+    """The gate's adoption threshold for the card's family."""
+    gain: float | None = None
     """Delta_val on the target at the trial's end (pp); None where no trial ran (refused)."""
-    curve: Mapping[str, float]
-    """The trial's curve: share (`"0.05"`) -> target delta (pp)."""
+    card: CardFacts | None = None
+    """The card's facts (policies.curves.card_facts); None where the audit has no frozen record."""
+    features: Features | None = None
+    """The decision's compiled features (the record's S, A and grade)."""
+    gonogo: GoNoGo | None = None
+    """The run's frozen go/no-go model (bcit_predictive); None where none was frozen."""
 
 
-OwnRule = Callable[[TrialSeen, EpisodeState, float], tuple[Verdict, str, EpisodeState]]
-"""(trial, episode state, the family's adoption threshold) -> (verdict, reason, state after)."""
+class OwnVerdict(NamedTuple):
+    verdict: Verdict | None
+    """What the policy acts on; None: undetermined from what the audit holds."""
+    reason: str | None
+    """Why (None: the trial's own verdict, no rule of the policy's)."""
+    contributions: tuple[tuple[str, float], ...] = ()
+    """A learned rule's largest feature contributions (policies.gonogo.top_contributions)."""
 
-OWN_TRIAL_RULE: dict[str, OwnRule] = {
-    "early_stop_extrapolation": lambda t, st, min_gain_pp: (
-        *early_stop.verdict({float(k): v for k, v in t.curve.items()}, min_gain_pp), st),
-    "successive_halving": lambda t, st, _: halving.verdict(t.verdict, t.gain, st),
+
+Rule = Callable[[TrialFacts, EpisodeState], tuple[OwnVerdict, EpisodeState]]
+
+
+def _early_stop(facts: TrialFacts, st: EpisodeState) -> tuple[OwnVerdict, EpisodeState]:
+    curve = {float(k): p["target"] for k, p in facts.curve.items()}
+    return OwnVerdict(*early_stop.verdict(curve, facts.min_gain_pp)), st
+
+
+def _halving(facts: TrialFacts, st: EpisodeState) -> tuple[OwnVerdict, EpisodeState]:
+    label, why, after = halving.verdict(facts.recorded, facts.gain, st)
+    return OwnVerdict(label, why), after
+
+
+def _predictive(facts: TrialFacts, st: EpisodeState) -> tuple[OwnVerdict, EpisodeState]:
+    if facts.gonogo is None or facts.card is None:
+        return OwnVerdict(None, "go/no-go: no frozen model or card to decide with"), st
+    return OwnVerdict(*predictive.verdict(facts.gonogo, facts.recorded, facts.curve, facts.card, facts.features)), st
+
+
+TRIAL_RULES: Mapping[str, Rule] = {
+    "early_stop_extrapolation": _early_stop,
+    "successive_halving": _halving,
+    "bcit_predictive": _predictive,
 }
-"""Policies whose trial verdict is their own rule, not the trial's verdict under the frozen thresholds."""
+"""Policy name -> its own trial rule; a policy not here acts on the trial's recorded verdict."""
 
 
-def policy_verdict(policy: str, trial: TrialSeen, state: EpisodeState, min_gain_pp: float
-                   ) -> tuple[Verdict, str | None, EpisodeState]:
-    """(the verdict `policy` acts on, its rule's reason (None: the trial's own verdict), the state after)."""
-    rule = OWN_TRIAL_RULE.get(policy)
-    if rule is None:
-        return trial.verdict, None, state
-    return rule(trial, state, min_gain_pp)
+def policy_verdict(policy: str, facts: TrialFacts, state: EpisodeState) -> tuple[OwnVerdict, EpisodeState]:
+    """(the verdict `policy` acts on: its own rule's, or the trial's recorded one with reason None;
+    the episode state after the trial)."""
+    rule = TRIAL_RULES.get(policy)
+    return rule(facts, state) if rule is not None else (OwnVerdict(facts.recorded, None), state)

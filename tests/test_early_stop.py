@@ -4,7 +4,7 @@ import pytest
 
 from policies.authorize import EpisodeState
 from policies.early_stop import fit, verdict
-from policies.trial_rules import TrialSeen, policy_verdict
+from policies.trial_rules import OwnVerdict, TrialFacts, policy_verdict
 
 
 @pytest.mark.parametrize("b", [0.3, 0.5, 1.0])
@@ -27,6 +27,6 @@ def test_the_verdict_compares_the_full_length_value_with_the_adoption_threshold(
 
 
 def test_only_a_policy_with_its_own_rule_departs_from_the_recorded_verdict():
-    trial, st = TrialSeen("pass", 0.0, {"0.05": 0.0, "0.10": 0.0, "0.20": 0.0}), EpisodeState()
-    assert policy_verdict("bcit", trial, st, 1.0) == ("pass", None, st)
-    assert policy_verdict("early_stop_extrapolation", trial, st, 1.0)[0] == "fail"
+    facts, st = TrialFacts("pass", {k: {"target": 0.0} for k in ("0.05", "0.10", "0.20")}, 1.0), EpisodeState()
+    assert policy_verdict("bcit", facts, st) == (OwnVerdict("pass", None), st)
+    assert policy_verdict("early_stop_extrapolation", facts, st)[0].verdict == "fail"

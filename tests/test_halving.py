@@ -4,7 +4,7 @@ episode's trial gains continue, ties with the cut-off in, a Fail never continues
 from experience_bank.hashing import content_hash
 from policies import EpisodeState, PolicyConfig, after_trial, authorize, features_from_row
 from policies.halving import ETA, top_share, verdict
-from policies.trial_rules import TrialSeen, policy_verdict
+from policies.trial_rules import TrialFacts, policy_verdict
 
 
 def after(*gains: float) -> EpisodeState:
@@ -59,7 +59,7 @@ def test_a_hand_computed_episode_through_the_shared_dispatch():
     """Gains 3 1 4 1 5 9 2 6: k = 1..5 keep the top 1 (cut-offs 3 3 4 4 5), k = 6..8 the top 2 (cut-offs 5 5 6)."""
     st, cfg, out = EpisodeState(), PolicyConfig(fallback_lease=0), []
     for gain in (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0):
-        label, _, st = policy_verdict("successive_halving", TrialSeen("pass", gain, {}), st, 1.0)
+        (label, _, _), st = policy_verdict("successive_halving", TrialFacts("pass", {}, 1.0, gain), st)
         then, _, st = after_trial(label, st, cfg)
         out.append(then)
     assert out == ["train", "reject", "train", "reject", "train", "train", "reject", "train"]
@@ -69,7 +69,7 @@ def test_a_hand_computed_episode_through_the_shared_dispatch():
 def test_only_successive_halving_keeps_trial_gains():
     st = EpisodeState()
     for policy in ("bcit", "validate_all", "early_stop_extrapolation"):
-        assert policy_verdict(policy, TrialSeen("pass", 4.0, {"0.20": 4.0}), st, 1.0)[2] == st
+        assert policy_verdict(policy, TrialFacts("pass", {"0.20": {"target": 4.0}}, 1.0, 4.0), st)[1] == st
 
 
 def test_an_empty_state_serialises_and_hashes_as_before_the_field():

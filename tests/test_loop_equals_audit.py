@@ -4,6 +4,9 @@ takes equal policies.audit's counterfactual walk over the same frozen inputs.
 The loop's nodes, the policy code, the ledger, the audit writer and the run directory are
 real; fakes stand only at the world / trainer / evaluator boundary: the compiler's features
 and each trial's verdict are drawn by hypothesis, a training run writes a fake model.
+bcit_predictive reads a small go/no-go fitted by the real code on synthetic paired runs
+(support/gonogo_fixture.py), frozen into the run as `agent run` freezes it; the walk reads
+the run's frozen copy.
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.loop.episode import drive
+from agent.run.gonogo_model import frozen_model
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk
+from policies.authorize import NEEDS_GONOGO
+from policies.curves import card_facts
 from policies.features import features_from_row
-from policies.trial_rules import OWN_TRIAL_RULE
+from policies.trial_rules import TRIAL_RULES
+from support.gonogo_fixture import write_model
 from support.graph_fakes import FakePorts, make_ctx
 
 SCORE = st.sampled_from([0.0, 0.5, 1.0])
@@ -70,21 +77,27 @@ class DrawnPorts(FakePorts):
 
 def _run(run_dir: Path, policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict,
          shapes: dict | None = None):
-    """Drive one episode in `run_dir`: (events, outcome cells by decision hash, policy config)."""
+    """Drive one episode in `run_dir`: (events, outcome cells by decision hash, policy config, cells
+    as the audit builds them, the run's frozen go/no-go)."""
     cards = tuple(r["id"] for r in rows)
     ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes)
+    model = str(write_model(run_dir / "model.json")) if policy in NEEDS_GONOGO else None
     ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
-                                  max_rejections=len(rows) + 1)
+                                  max_rejections=len(rows) + 1, gonogo_model=model)
     try:
         drive(ctx, initial, run_dir / "checkpoints.sqlite")
         events = bank.events("E-fake")
     finally:
         bank.close()
     outcomes = read_outcomes(ctx.rundir.outcomes_file if ctx.rundir.outcomes_file.exists() else None)
-    return events, outcomes, ctx.manifest.policy.config
+    facts = {e.record.card.id: card_facts(e.record.card) for e in ctx.entries.values()}
+    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
+                  outcomes.get(e.decision.decision_hash), facts[e.candidate_id]) for e in events]
+    return events, outcomes, ctx.manifest.policy.config, cells, frozen_model(ctx.rundir, ctx.manifest)
 
 
 def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict, shapes: dict | None = None):
+    """(events, outcome cells, policy config, cells as the audit builds them, the run's frozen go/no-go)."""
     run_dir = Path(tempfile.mkdtemp(prefix="loop-audit-"))
     try:
         return _run(run_dir, policy, lease, rows, verdicts, gains, shapes)
@@ -99,7 +112,7 @@ def test_loop_decides_as_the_audit_walk_says(policy, lease, data):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(policy=st.sampled_from(sorted(OWN_TRIAL_RULE)), lease=st.integers(0, 1), data=st.data())
+@given(policy=st.sampled_from(sorted(TRIAL_RULES)), lease=st.integers(0, 1), data=st.data())
 def test_a_policy_with_its_own_trial_rule_decides_in_the_loop_as_in_the_walk(policy, lease, data):
     """The same property for every policy whose trial verdict is its own (drawn at every run, not by
     chance among all policies), with more candidates and gains, so successive halving ranks past
@@ -113,12 +126,10 @@ def _loop_equals_walk(policy: str, lease: int, data, n, gain) -> None:
     verdicts = {r["id"]: data.draw(st.sampled_from(["pass", "fail", "inconclusive"])) for r in rows}
     gains = {r["id"]: data.draw(gain) for r in rows}
     shapes = {r["id"]: data.draw(st.sampled_from([None, "linear", "early"])) for r in rows}
-    events, outcomes, config = _episode(policy, lease, rows, verdicts, gains, shapes)
+    events, _, config, cells, model = _episode(policy, lease, rows, verdicts, gains, shapes)
     assert [e.candidate_id for e in events] == [r["id"] for r in rows]  # every candidate was decided
 
-    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
-                  outcomes.get(e.decision.decision_hash)) for e in events]
-    walked = walk(cells, policy, config)
+    walked = walk(cells, policy, config, gonogo=model)
     assert [(e.action, e.decision.rule) for e in events] == [(w["action"], w["rule"]) for w in walked]
     # after the trial: what the walk authorizes is exactly what the loop trained
     for e, w in zip(events, walked):
@@ -131,7 +142,7 @@ def test_no_memory_spends_its_quota_in_the_loop(tmp_path):
     rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
              "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
             for i in range(6)]
-    events, _, _ = _episode("no_memory", 1, rows, {r["id"]: "fail" for r in rows}, {r["id"]: 0.0 for r in rows})
+    events = _episode("no_memory", 1, rows, {r["id"]: "fail" for r in rows}, {r["id"]: 0.0 for r in rows})[0]
     assert [e.action for e in events] == ["validate"] * 3 + ["reject"] * 3
     assert {e.decision.rule for e in events[3:]} == {"no_memory.quota_exhausted"}
 
@@ -144,13 +155,11 @@ def test_early_stop_extrapolation_acts_on_the_curve_and_records_the_trials_own_v
              "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
             for i in range(3)]
     gains = {"S00": 4.0, "S01": 0.0, "S02": 4.0}
-    events, outcomes, config = _episode("early_stop_extrapolation", 0, rows, {r["id"]: "pass" for r in rows}, gains,
-                                        {"S00": "early", "S01": "linear", "S02": None})
+    events, _, config, cells, _ = _episode("early_stop_extrapolation", 0, rows, {r["id"]: "pass" for r in rows}, gains,
+                                           {"S00": "early", "S01": "linear", "S02": None})
     assert [e.trial_verdict for e in events] == ["pass"] * 3
     assert [e.full_run for e in events] == ["ran", "not_authorized", "not_authorized"]
     assert "extrapolated to 0 pp" in events[1].reason and "no curve" in events[2].reason
-    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
-                  outcomes.get(e.decision.decision_hash)) for e in events]
     assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config)] == [True, False, False]
     assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [True, True, True]
 
@@ -166,7 +175,7 @@ def test_successive_halving_continues_the_top_fifth_in_the_loop_and_in_the_audit
             for i in range(8)]
     gains = dict(zip((r["id"] for r in rows), (15.0, 5.0, 20.0, 5.0, 25.0, 45.0, 10.0, 30.0)))
     verdicts = {r["id"]: "pass" for r in rows} | {"S02": "inconclusive", "S05": "fail"}
-    events, outcomes, config = _run(tmp_path, "successive_halving", 0, rows, verdicts, gains)
+    events, _, config, cells, _ = _run(tmp_path, "successive_halving", 0, rows, verdicts, gains)
     assert [e.action for e in events] == ["validate"] * 8
     assert [e.trial_verdict for e in events] == [verdicts[r["id"]] for r in rows]  # the trial's own
     ran = [e.candidate_id for e in events if e.full_run == "ran"]
@@ -176,9 +185,28 @@ def test_successive_halving_continues_the_top_fifth_in_the_loop_and_in_the_audit
     states = [json.loads(line)["inputs"]["state"] for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert "trial_gains" not in states[0]
     assert states[7]["trial_gains"] == pytest.approx([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0])
-    cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
-                  outcomes.get(e.decision.decision_hash)) for e in events]
     assert [w["authorized"] for w in walk(cells, "successive_halving", config)] == [
         True, False, True, False, True, False, False, True]
     assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [
         True, True, False, True, True, False, True, True]
+
+
+def test_bcit_predictive_acts_on_the_go_no_go_and_the_audit_recomputes_it():
+    """Three candidates BCIT validates: a trial that passes with a rising curve goes on (the model's
+    P(harmful) is under its threshold), one that passes with a falling curve is stopped, and one
+    whose own verdict is Fail stays a Fail whatever its curve; the walk over the frozen model agrees."""
+    rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
+             "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
+            for i in range(3)]
+    events, _, config, cells, model = _episode("bcit_predictive", 0, rows, {"S00": "pass", "S01": "pass", "S02": "fail"},
+                                               {"S00": 4.0, "S01": -3.0, "S02": 4.0},
+                                               {"S00": "linear", "S01": "linear", "S02": "linear"})
+    assert [e.decision.rule for e in events] == ["bcit_predictive.validate"] * 3
+    assert [e.full_run for e in events] == ["ran", "not_authorized", "not_authorized"]
+    assert [e.trial_verdict for e in events] == ["pass", "pass", "fail"]  # the trial's own, recorded
+    # a stopped trial's reason is the model's; a trained one's is the gate's, its contributions kept beside
+    assert "-> no-go" in events[1].reason and "kept" in events[2].reason and events[0].reason.startswith("gate:")
+    assert all(len(e.trial_contributions) == 5 for e in events)
+    assert [w["authorized"] for w in walk(cells, "bcit_predictive", config, gonogo=model)] == [True, False, False]
+    # without the frozen model the audit cannot tell: undetermined, never guessed
+    assert [w["authorized"] for w in walk(cells, "bcit_predictive", config)] == [None, None, None]

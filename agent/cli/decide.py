@@ -173,10 +173,20 @@ def _adoption_thresholds(path: str) -> dict[str, float] | None:
     return dict(rd.manifest().gate.min_gain_pp) if rd.started() else None
 
 
+def _frozen_gonogo(path: str):
+    """The go/no-go model an episode directory froze (bcit_predictive's), else None: the audit
+    recomputes that policy's trial verdicts from this copy, never from the user's file."""
+    from agent.run.gonogo_model import frozen_model  # noqa: PLC0415 (scikit-learn)
+    from agent.run.rundir import RunDir  # noqa: PLC0415 (pydantic records)
+
+    rd = RunDir(Path(path))
+    return frozen_model(rd, rd.manifest()) if Path(path).is_dir() and rd.started() else None
+
+
 def cmd_audit(args) -> int:
     from policies.audit import audit  # noqa: PLC0415 (numpy)
     _check_ledger_files(args.path)
-    report = audit(args.path, _adoption_thresholds(args.path))
+    report = audit(args.path, _adoption_thresholds(args.path), _frozen_gonogo(args.path))
     if args.json:
         print(json.dumps(report, indent=1))
     else:

@@ -179,6 +179,9 @@ def cmd_compare(args) -> int:
         parse_budget(args.episode_budget)  # BadInput before any episode starts
 
     cfg = build_config(args.config)
+    from agent.run.gonogo_model import read_model  # noqa: PLC0415 (scikit-learn)
+    for policy in policies:  # bcit_predictive's go/no-go: before any episode starts
+        read_model(cfg.model_copy(update={"policy": policy}))
     world_seeds = _world_seeds(args.world_seeds)
     for ws in world_seeds or [cfg.world_seed]:
         check_cached_world(cfg.model_copy(update={"world_seed": ws}))

@@ -24,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--episode-budget", dest="episode_budget", help="device-hours, e.g. 36gpuh, 2.5h, 90m")
     p.add_argument("--config", help="YAML run config (runs/default.yaml, runs/test.yaml, runs/qwen3-4b.yaml)")
     p.add_argument("--policy", help="authorization policy (default bcit)")
+    p.add_argument("--gonogo-model", dest="gonogo_model", metavar="JSON",
+                   help="fitted go/no-go (agent gonogo SOURCES --model OUT.json): bcit_predictive's trial rule")
     p.add_argument("--seed", type=int, help="run seed")
     p.add_argument("--world-seed", dest="world_seed", type=int,
                    help="seed of the embedded world (default 0): another draw of the same recipe")

@@ -27,17 +27,20 @@ from experience_bank.families import target_metric
 from experience_bank import files
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
-from experience_bank.records import CandidateCard, Decision, Event, parse_model
+from experience_bank.errors import BadInput
+from experience_bank.records import CandidateCard, Decision, Event, Features, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
+from policies.curves import card_facts
 from policies.gate import trial_paired_se
-from policies.trial_rules import TrialSeen, policy_verdict
+from policies.trial_rules import OwnVerdict, TrialFacts, policy_verdict
 from trainers.steps import TrialRefused, curve_steps
 from trainers.trial import Reading, measurement
 from agent.loop.approval import hold
 from agent.loop.state import Ctx, State
 from agent.run.approvals import why
+from agent.run.gonogo_model import frozen_model
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
 from agent.loop.reporting import report_inputs
@@ -227,10 +230,25 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
-    measured = TrialSeen(result.verdict, result.delta_val, {k: p["target"] for k, p in result.curve_table().items()})
-    verdict, own, episode = policy_verdict(ctx.manifest.policy.name, measured, _episode_state(state),
-                                           ctx.manifest.gate.min_gain_pp[card.family])
-    return _after_verdict(ctx, episode, verdict, own or "; ".join(result.reasons) or result.verdict)
+    own, episode = _own_verdict(ctx, card, _decision(ctx, state).features, result, _episode_state(state))
+    return _after_verdict(ctx, episode, own.verdict, own.reason or "; ".join(result.reasons) or result.verdict)
+
+
+def _own_verdict(ctx: Ctx, card: CandidateCard, features: Features, trial: TrialResult,
+                 episode: EpisodeState) -> tuple[OwnVerdict, EpisodeState]:
+    """The verdict the run's policy acts on and the episode state after it (policies.trial_rules;
+    the audit's walk calls the same), from the trial and the run's frozen inputs: the gate's
+    threshold and the go/no-go model's copy."""
+    facts = TrialFacts(trial.verdict, trial.curve_table(), ctx.manifest.gate.min_gain_pp[card.family],
+                       trial.delta_val, card_facts(card), features, frozen_model(ctx.rundir, ctx.manifest))
+    own, after = policy_verdict(ctx.manifest.policy.name, facts, episode)
+    if own.verdict is None:  # only where the manifest froze no model for a policy that reads one
+        raise BadInput(f"{ctx.rundir.path}: {own.reason}; start a new run with --gonogo-model")
+    return own, after
+
+
+def _decision(ctx: Ctx, state: State) -> Decision:
+    return parse_model(Decision, ctx.rundir.decision_file(state["cursor"]).read_text(encoding="utf-8"))
 
 
 def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Callable[[str], Any],
@@ -329,7 +347,10 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
         artefacts.append(trial.train.checkpoint)
         out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
                                                                     trial.retention_deltas.items()},
-                "trial_curve": trial.curve_table(), "trial_verdict": trial.verdict}
+                "trial_curve": trial.curve_table(), "trial_verdict": trial.verdict,
+                # a learned rule's contributions depend on the trial and the frozen model, not on the
+                # episode state, so a fresh state gives the ones the verdict was decided with
+                "trial_contributions": _own_verdict(ctx, card, decision.features, trial, EpisodeState())[0].contributions}
     if run:
         artefacts.append(run.checkpoint)
     metrics: dict[str, float] = {}
@@ -368,7 +389,7 @@ def _full_run(state: State) -> str | None:
 def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     """Move or keep the parent, append the Event, stage the new evidence, write the outcome."""
     ctx = runtime.context
-    decision = parse_model(Decision, ctx.rundir.decision_file(state["cursor"]).read_text(encoding="utf-8"))
+    decision = _decision(ctx, state)
     outcome, reason = _outcome(state)
     rejected = outcome == "rejected"
     effects = {} if rejected else _effects(ctx, state, decision)

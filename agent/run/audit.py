@@ -59,7 +59,7 @@ def outcome_cell(event, card, manifest: Manifest):
     short |= {fraction: event.trial_delta} if event.trial_delta is not None and fraction is not None else {}
     return OutcomeCell(candidate_id=event.candidate_id, decision_hash=event.decision.decision_hash, outcome=cls,
                        family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
-                       short=short, full=full, trial_device_hours=event.trial_device_hours,
+                       short=short, trial_curve=event.trial_curve, full=full, trial_device_hours=event.trial_device_hours,
                        full_device_hours=max(event.cost_device_hours - event.trial_device_hours, 0.0))
 
 

@@ -60,6 +60,32 @@ class PolicyInfo(Frozen):
     """What the fallback lease means here: the project's interpretation of docs/AUTHORIZER.md §5."""
 
 
+class GoNoGoInfo(Frozen):
+    """The fitted go/no-go bcit_predictive's trial rule reads (policies/gonogo.py), frozen: the run
+    reads its copy at runs/ID/gonogo.json, whose sha256 must be this one (agent/run/gonogo_model.py)."""
+
+    sha256: Sha256
+    """sha256 of the model file's bytes (the frozen copy's and, on resume, the user's file's)."""
+    source: str
+    """The path it was read from at the start (the run config's gonogo_model)."""
+    training_hash: str
+    """policies.gonogo.training_hash of the paired runs and records it was fitted on."""
+    feature_names: tuple[str, ...]
+    """Its features, in order."""
+    threshold: float | None
+    """Go iff P(harmful) <= threshold (Learn-then-Test); None: it authorizes nothing."""
+    alpha: float
+    """Harmful among authorized the threshold bounds."""
+    delta: float
+    """The bound holds with probability 1 - delta."""
+    n_train: int
+    """Paired runs it was fitted on."""
+    library_version: int | None
+    """The library version it was refit at (None: fitted outside an episode)."""
+    sklearn_version: str
+    """scikit-learn version it was fitted with."""
+
+
 class TrialInfo(Frozen):
     """The bounded validation trial (docs/AUTHORIZER.md §5)."""
 
@@ -163,13 +189,16 @@ class Manifest(Frozen):
     """Training launcher."""
     proposer: Proposer
     """LLM proposals."""
+    gonogo: GoNoGoInfo | None = None
+    """The go/no-go model bcit_predictive decides trials with; None for every other policy (and in
+    manifests from before it existed)."""
     manifest_hash: Sha256
     """Content hash of every other field."""
 
 
 def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initial: ModelAt, world: WorldId,
                    library_version: int, candidate_hashes: list[str], evaluators: Evaluators,
-                   datasets: dict[str, str], allowlist: dict[str, Any]) -> Manifest:
+                   datasets: dict[str, str], allowlist: dict[str, Any], gonogo: GoNoGoInfo | None = None) -> Manifest:
     """The manifest of a new episode from its RunConfig values; `manifest_hash` over the rest."""
     c = config.model_dump(mode="json")
     body = {
@@ -188,6 +217,7 @@ def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initi
         "stop": {"max_consecutive_rejections": c["max_consecutive_rejections"], "max_candidates": c["max_candidates"]},
         "torch_threads": c["torch_threads"], "launcher": c["launcher"],
         "proposer": {"kind": c["proposer"], "base_url": c["base_url"], "model": c["model"], "allowlist": allowlist},
+        "gonogo": gonogo.model_dump(mode="json") if gonogo is not None else None,
     }
     draft = parse_model(Manifest, canonical_json(body | {"manifest_hash": "0" * 64}), "manifest")
     return draft.model_copy(update={"manifest_hash": _hash(draft)})

@@ -16,6 +16,7 @@
     runs/ID/report_inputs.json       what the report reads besides the files above (agent/run/report_inputs.py)
     runs/ID/run.lock                 held by the live process that runs the episode (agent/run/runlock.py)
     runs/ID/user_cards.json          the user's imported cards, frozen when the episode starts (agent/world/usercards)
+    runs/ID/gonogo.json              bcit_predictive's go/no-go model, frozen when the episode starts (agent/run/gonogo_model.py)
     runs/ID/approval_pending.json    what waits for a person's approval (agent/run/approvals.py)
     runs/ID/approvals.jsonl          the hash-chained answers (agent/run/approvals.py)
 
@@ -87,6 +88,10 @@ class RunDir:
     @property
     def user_cards_file(self) -> Path:
         return self.path / "user_cards.json"
+
+    @property
+    def gonogo_file(self) -> Path:
+        return self.path / "gonogo.json"
 
     @property
     def approval_pending_file(self) -> Path:

@@ -84,6 +84,13 @@ def decision_rows(events: list[Event]) -> list[list[Any]]:
     return rows
 
 
+def gonogo_rows(events: list[Event]) -> list[list[Any]]:
+    """Every trial a learned rule decided: its own verdict, the reason it acted on, the contributions."""
+    return [[e.seq, e.candidate_id, e.trial_verdict, e.reason[:160],
+             "; ".join(f"{name} {value:+.2f}" for name, value in e.trial_contributions)]
+            for e in events if e.trial_contributions]
+
+
 TRIAL_HEADER = ["candidate", "verdict", "trial Δval pp", "paired SE pp", "IFEval Δ prompt pp", "IFEval Δ inst pp",
                 "IFEval paired SE pp", "full Δadoption pp"]
 
@@ -244,6 +251,12 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
         "Each verdict is one run's; its paired SE (by item id, as beside the gate's checks) says how far one "
         "run's delta can be trusted: the target against the current parent, IFEval against the initial parent.",
         Table(TRIAL_HEADER, trials, id="trials") if trials else "(no trial ran)"]))
+    if why := gonogo_rows(events):
+        out.append(Section("Go/no-go: why each trial went on or stopped (bcit_predictive)", [
+            f"The frozen model ({rd.gonogo_file.name}, sha256 {manifest.gonogo.sha256[:12] if manifest.gonogo else '?'}) "
+            "read each trial's curve, card and record; a contribution is coefficient x standardised value in "
+            "P(harmful)'s log-odds (positive: toward no-go), the largest first.",
+            Table(["seq", "candidate", "trial verdict", "acted on", "contributions"], why, id="gonogo")]))
     ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",

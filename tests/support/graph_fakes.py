@@ -205,9 +205,12 @@ def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
 
 
 def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
-             fallback_lease: int = 1, cards=tuple(PLAN), ports=None, approve: str | None = None):
+             fallback_lease: int = 1, cards=tuple(PLAN), ports=None, approve: str | None = None,
+             gonogo_model: str | None = None):
+    """`gonogo_model`: a go/no-go file, frozen into the run as agent run freezes it (bcit_predictive)."""
     from agent.config import RunConfig
     from agent.run.audit import RunAudit
+    from agent.run.gonogo_model import freeze_copy, read_model
     from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
     from agent.run.rundir import RunDir
     from agent.loop.state import Ctx, Entry
@@ -220,14 +223,17 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
     base_sha = _write_model(str(base), 40.0)
     if not rd.started():  # a resumed episode reads the manifest it froze, never the bank's head
         cfg = RunConfig(policy=policy, bank=str(run_dir / "bank.sqlite"), world="test", fallback_lease=fallback_lease,
-                        max_consecutive_rejections=max_rejections, approve=approve)
+                        max_consecutive_rejections=max_rejections, approve=approve, gonogo_model=gonogo_model)
+        model = read_model(cfg)
+        if model is not None:
+            freeze_copy(rd, model[0])
         rd.freeze(build_manifest(
             episode_id="E-fake", config=cfg, budget_h=budget_h,
             initial=ModelAt(dir=str(base), sha256=base_sha),
             world=WorldId(size="test", recipe_sha256=bf.sha("recipe"), chat_template_sha256=bf.sha("tpl")),
             library_version=bank.current_library_version(), candidate_hashes=[], evaluators=Evaluators(
                 suites=("sql/target", "ifeval"), eval_protocol="fake-eval", backend="transformers", n=1, batch_size=1,
-                seed=0), datasets={}, allowlist={}))
+                seed=0), datasets={}, allowlist={}, gonogo=model[1] if model else None))
     manifest = rd.manifest()
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
     episode_id = "E-fake"

@@ -1,0 +1,75 @@
+"""bcit_predictive's go/no-go model as a frozen boundary of a run (issue 27, item 3).
+
+The model is a JSON file `agent gonogo SOURCES --model OUT.json` writes (policies.gonogo.GoNoGo:
+coefficients, features, training-data hash, threshold, alpha, delta, library versions). A run
+that uses it (policies.authorize.NEEDS_GONOGO) copies the file into its directory before the
+manifest is frozen and records the copy's sha256 and the model's frozen numbers in the manifest
+(GoNoGoInfo), like every other boundary. From then on every reader (the loop's validate node,
+the audit) reads the copy, never the user's path; a copy that no longer matches the manifest,
+or a user's file that changed before a resume, is refused with BadInput.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.config import RunConfig
+from agent.inputs import read_text
+from agent.run.manifest import GoNoGoInfo, Manifest
+from agent.run.rundir import RunDir
+from experience_bank.errors import BadInput
+from experience_bank.files import write_atomic
+from experience_bank.hashing import sha256_text
+from policies import gonogo
+from policies.authorize import NEEDS_GONOGO
+
+HOW_TO_FIT = ("fit one with `agent gonogo SOURCES --model OUT.json` (SOURCES: executed retrospective directories "
+              "or a retrospective JSON) and pass --gonogo-model OUT.json (or gonogo_model: in the config)")
+
+
+def read_model(cfg: RunConfig) -> tuple[str, GoNoGoInfo] | None:
+    """(the model file's text, its manifest record) where the policy needs one, else None;
+    BadInput when it is not given, missing or not a go/no-go model. Writes nothing."""
+    if cfg.policy not in NEEDS_GONOGO:
+        return None
+    if cfg.gonogo_model is None:
+        raise BadInput(f"policy {cfg.policy} needs a fitted go/no-go model and none was given: {HOW_TO_FIT}")
+    text = read_text(cfg.gonogo_model, "go/no-go model")
+    m = gonogo.loads(text)
+    return text, GoNoGoInfo(sha256=sha256_text(text), source=cfg.gonogo_model, training_hash=m.training_hash,
+                            feature_names=m.feature_names, threshold=m.threshold.threshold, alpha=m.alpha,
+                            delta=m.delta, n_train=m.n_train, library_version=m.library_version,
+                            sklearn_version=m.sklearn_version)
+
+
+def freeze_copy(rundir: RunDir, text: str) -> None:
+    """Write the model's frozen copy (before the manifest: a started run always has it)."""
+    write_atomic(rundir.gonogo_file, text)
+
+
+def frozen_model(rundir: RunDir, manifest: Manifest) -> gonogo.GoNoGo | None:
+    """The run's frozen model (None where its policy reads none); BadInput when the copy is gone
+    or differs from the sha256 the manifest froze."""
+    info = manifest.gonogo
+    if info is None:
+        return None
+    path = rundir.gonogo_file
+    text = read_text(path, "frozen go/no-go model") if path.is_file() else None
+    if text is None or sha256_text(text) != info.sha256:
+        raise BadInput(f"{path} is missing or differs from the model the run froze (sha256 {info.sha256[:12]}): "
+                       f"restore it (a copy of {info.source} as it was), or start a new run")
+    return gonogo.loads(text)
+
+
+def check_resume(rundir: RunDir, manifest: Manifest) -> None:
+    """Before a resume: the frozen copy is intact, and the user's file, where it still exists, is the
+    model the run froze (a refit file would otherwise be silently ignored)."""
+    frozen_model(rundir, manifest)
+    info = manifest.gonogo
+    if info is None or not Path(info.source).is_file():
+        return
+    now = sha256_text(read_text(info.source, "go/no-go model"))
+    if now != info.sha256:
+        raise BadInput(f"the go/no-go model {info.source} changed since {rundir.episode_id} started (sha256 {now[:12]}, "
+                       f"frozen {info.sha256[:12]}): the run decides with its frozen copy {rundir.gonogo_file}; "
+                       "restore the file to resume, or start a new run to use the new model")

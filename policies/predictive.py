@@ -1,0 +1,43 @@
+"""bcit_predictive's trial verdict (issue 27, item 3): the learned go/no-go (policies/gonogo.py)
+decides whether a trial that did not fail earns the full run.
+
+Inputs, all frozen before the full run: the trial's curve (its target and IFEval effects at 5 %,
+10 % and 20 % of the nominal steps), the card's facts and the decision's compiled features (the
+record's S, A and grade); the model is the run's frozen copy (runs/ID/gonogo.json, its sha256 in
+the manifest), never a file a user may have changed since.
+
+Rule: a trial whose own verdict is Fail stays a Fail. Every Fail is a guardrail that fired (the
+target fell by the fail margin, a retention metric fell past its bound, a hard failure or a
+training sanity check: trainers.trial.verdict), and a model fitted on a few dozen paired runs
+is no reason to override one. Otherwise (Pass or Inconclusive) the model decides: Pass iff it
+authorizes the full run under its frozen Learn-then-Test threshold (P(harmful) <= t), else Fail.
+So the rule never returns Inconclusive and never spends the fallback lease.
+
+Out of scope: a trial's curve is measured against the parent (target) and the initial parent
+(retention), while the retrospective's paired runs the model was fitted on are effects against
+a matched control trained the same way; the two agree only as far as the control moves little.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from experience_bank.records import Features
+from policies.authorize import Verdict
+from policies.curves import CardFacts, trial_curve
+from policies.gonogo import GoNoGo, decide, probe_features, top_contributions
+
+
+def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, float]], card: CardFacts,
+            features: Features | None) -> tuple[Verdict, str, tuple[tuple[str, float], ...]]:
+    """(verdict, reason, top contributions) of one trial under the frozen model."""
+    record = features.model_dump(include={"S", "A", "grade"}) if features is not None else None
+    d = decide(model, probe_features(trial_curve(curve), card, record))
+    top = top_contributions(d)
+    if recorded == "fail":
+        return "fail", "go/no-go: the trial's own verdict is Fail (a guardrail fired), kept", top
+    bound = "none chosen: authorizes nothing" if d.threshold is None else f"{d.threshold:g}"
+    shown = ", ".join(f"{name} {value:+.2f}" for name, value in top[:3])
+    return ("pass" if d.go else "fail"), (
+        f"go/no-go: P(harmful) {d.p_harmful:.3f} {'<=' if d.go else 'above'} threshold {bound} -> "
+        f"{'go' if d.go else 'no-go'} (P(beneficial) {d.p_beneficial:.3f}; top: {shown})"), top

@@ -1,0 +1,42 @@
+"""A small go/no-go model fitted by the real code (policies.gonogo.fit) on synthetic paired runs,
+for the tests of bcit_predictive: a run's short-run target foretells its full run's class, so the
+model authorizes a rising trial and stops a falling one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from policies import gonogo
+from policies.curves import CurvePoint, PairedRun
+
+RULE = dict(band=1.0, ifeval_drop_pp=2.0)
+"""The outcome rule's band and IFEval drop the labels are made with (the gate's defaults)."""
+
+
+def _point(fraction: float, target: float, retention: float) -> CurvePoint:
+    return CurvePoint(fraction=fraction, target_pp=target,
+                      retention_pp={"ifeval.prompt_strict": retention, "ifeval.inst_strict": retention})
+
+
+def synthetic_runs(n: int = 36, seed: int = 0) -> list[PairedRun]:
+    """n paired runs, a third each harmful (the trial falls), neutral and beneficial (it rises)."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for i in range(n):
+        full, trial = [(-4.0, -0.8), (0.0, 0.0), (4.0, 0.8)][i % 3]
+        curve = tuple(_point(f, trial * (f / 0.2) + rng.normal(0, 0.15), rng.normal(0, 0.3)) for f in (0.05, 0.10, 0.20))
+        runs.append(PairedRun(card_id=f"C{i:02d}", family=("sql", "finance", "function")[i % 2], method="sft", seed=0,
+                              world_seed=0, curve=curve, full=_point(1.0, full + rng.normal(0, 0.2), 0.0)))
+    return runs
+
+
+def fitted_model(alpha: float = 0.2, delta: float = 0.2) -> gonogo.GoNoGo:
+    return gonogo.fit(synthetic_runs(), alpha=alpha, delta=delta, **RULE)
+
+
+def write_model(path: Path, **kw) -> Path:
+    """The fitted model's JSON file, as `agent gonogo --model` writes it."""
+    path.write_text(gonogo.dumps(fitted_model(**kw)), encoding="utf-8")
+    return path
