@@ -134,6 +134,9 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     assert s01["full"]["target"] == pytest.approx(3.0) and s01["short"]["0.20"]["target"] == pytest.approx(0.6)
     assert s01["full"]["ifeval"]["prompt_strict"] == pytest.approx(-0.5)
     assert s01["control"]["1.00"]["target"] == pytest.approx(31.0)
+    # the parent's own scores, beside the control's: a loop's trial reads against the parent
+    assert s01["parent"]["validation"] == s01["parent"]["adoption"] == {"target": 30.0, "prompt_strict": 70.0,
+                                                                        "inst_strict": 80.0}
     assert s01["trial_verdict"] == "inconclusive" and s01["outcome_class"] == "beneficial"
     g01 = json.loads((out / "cells" / "G01" / "cell.json").read_text())
     assert g01["outcome_class"] == "harmful" and g01["trial_verdict"] == "inconclusive"  # -0.8 pp at 20%

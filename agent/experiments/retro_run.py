@@ -132,4 +132,15 @@ def run_cell(ports: CellPorts, card: Any, cell: Path, parent_dir: str, seed: int
     v, reasons = _trial_verdict(short["0.20"])
     cls = outcome_class(full["target"], full["ifeval"], hard_failure=bool(full["sanity_failures"]))
     return {"id": card.id, "family": card.family, "method": card.method, "seed": seed, "control": controls,
+            "parent": {split: parent_scores(ports, parent, parent_dir, card.family, split, controls_dir.parent / "parents")
+                       for split in ("validation", "adoption")},
             "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons), "outcome_class": cls}
+
+
+def parent_scores(ports: CellPorts, parent: Any, parent_dir: str, family: str, split: str, root: Path) -> dict:
+    """The parent's own scores on a family's split, once per parent (greedy decoding: seed-free).
+    A loop's trial reads its target against the parent and IFEval against the initial parent
+    (here both are the world's base), not against a matched control; with these beside the
+    control's scores a cell's readings can be put on either footing."""
+    where = root / parent.sha256[:16] / f"{family}-{split}"
+    return _once(where.with_suffix(".json"), lambda: ports.evaluate(parent_dir, family, split, str(where / "evals")))

@@ -14,7 +14,8 @@ items (greedy decoding):
   snapshots too) and one full run per method serve every cell, evaluated once per family,
   split and reading.
 Effects are intervention minus control in pp on the family's target metric and on IFEval
-prompt / instruction strict accuracy. Every candidate is run short and full, so trial
+prompt / instruction strict accuracy; the parent's own scores on both splits are kept beside
+them (`parent`), since a loop's trial reads against the parent, not a control. Every candidate is run short and full, so trial
 fidelity is measured without selecting only the passing trials.
 
 Seeds: every cell (intervention, control, short and full runs) runs at K training seeds
@@ -119,7 +120,7 @@ def seeded_cell(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     points = {"target": [full["target"]] * 2} | {m: [full["ifeval"][m]] * 2 for m in IFEVAL}
     cls = interval_class(ci["full"] or points, hard_failure=bool(full["sanity_failures"]))
     return {"id": first["id"], "family": first["family"], "method": first["method"], "seed": first["seed"],
-            "control": control, "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons),
+            "control": control, **({"parent": first["parent"]} if "parent" in first else {}), "short": short, "full": full, "trial_verdict": v, "trial_reasons": list(reasons),
             "outcome_class": cls, "seeds": [c["seed"] for c in per_seed],
             "ci95": None if ci["full"] is None else ci,
             "by_seed": [{"seed": c["seed"], "full_target": c["full"]["target"], "full_ifeval": c["full"]["ifeval"],
