@@ -7,6 +7,15 @@ comes from one seed of one executed Retrospective cell (agent/experiments/retros
 its full run, every value an effect in pp against the matched control trained the same way.
 The outcome class is policies.outcomes' rule on the full run, never a copy of it.
 
+Two footings of the short runs. A loop's trial reads its target against the parent and IFEval
+against the initial parent (TrialResult.curve_table), not against a matched control; a
+retrospective's parent is the world's base, so a cell that keeps the parent's own scores beside
+its control's (`parent`, `control`: agent/experiments/retro_run.py) gives each short reading on
+the loop's footing too: effect + control[f] - parent["validation"], per metric (`parent_curve`).
+A Validate model fits its inputs on one footing (`footing_of`: the parent footing where every run
+has it, else the control footing for all, said in the fit's record, never mixed). The full run,
+the label, stays against its matched control: that is the outcome definition.
+
 Card fields (adapter, learning rate, steps, replay share) come from the card where it is given
 (`card_facts`, the one reading of a CandidateCard's); a cell read without its card (an older
 ledger) leaves them None. An episode's trial, which has no full run yet, is read with
@@ -15,9 +24,9 @@ ledger) leaves them None. An episode's trial, which has no full run yet, is read
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 import json
 
 from experience_bank.errors import BadInput
@@ -27,6 +36,12 @@ from policies.outcomes import OutcomeClass, outcome_class
 
 RETENTION = ("ifeval.prompt_strict", "ifeval.inst_strict")
 """The retention metrics a curve carries (IFEval strict, prompt and instruction level)."""
+
+Footing = Literal["parent", "control"]
+"""What a short run's readings are measured against: `parent`, as a loop's trial reads (the target
+against the parent, IFEval against the initial parent), or the run's `control` (a matched control)."""
+CONTROL_FOOTING_WARNING = "fitted on control footing; the loop reads parent footing"
+"""What a run that applies a model fitted on the control footing says (manifest, report, reasons)."""
 
 
 class CurvePoint(Frozen):
@@ -100,6 +115,9 @@ class PairedRun(Frozen):
     learning_rate: float | None = None
     nominal_steps: int | None = None
     replay_share: float | None = None
+    parent_curve: tuple[CurvePoint, ...] | None = None
+    """The short runs on the loop's footing (the target and IFEval against the parent, which in a
+    retrospective is the initial parent), ascending; None where the cell has no parent scores."""
 
     def outcome(self, *, band: float, ifeval_drop_pp: float) -> OutcomeClass:
         """The full run's class (policies.outcomes.outcome_class, the one rule)."""
@@ -114,19 +132,66 @@ def _point(fraction: float, effect: Mapping) -> CurvePoint:
                       hard_failure=bool(effect.get("sanity_failures")))
 
 
+def _on_parent(effect: Mapping, control: Mapping, parent: Mapping) -> dict:
+    """A short reading moved from its matched control to the parent: effect + control - parent, per
+    metric (the child's score less the parent's, as a loop's trial reads it)."""
+    ifeval = {m: round(float(v) + float(control[m]) - float(parent[m]), 6) for m, v in effect["ifeval"].items()}
+    return dict(effect) | {"target": round(float(effect["target"]) + float(control["target"])
+                                           - float(parent["target"]), 6), "ifeval": ifeval}
+
+
+def _ascending(points: Iterable[CurvePoint]) -> tuple[CurvePoint, ...]:
+    return tuple(sorted(points, key=lambda p: p.fraction))
+
+
+def _parent_curve(cell: Mapping) -> tuple[CurvePoint, ...] | None:
+    """The short runs on the parent footing, where the cell keeps the parent's and controls' scores."""
+    if "parent" not in cell:
+        return None
+    parent = cell["parent"]["validation"]
+    return _ascending(_point(float(f), _on_parent(e, cell["control"][f], parent)) for f, e in cell["short"].items())
+
+
 def paired_run(cell: Mapping, *, world_seed: int, card: CandidateCard | None = None) -> PairedRun:
     """One seed of one executed cell (its cell.json dict) as a paired run."""
     try:
-        curve = tuple(sorted((_point(float(f), e) for f, e in cell["short"].items()), key=lambda p: p.fraction))
+        curve = _ascending(_point(float(f), e) for f, e in cell["short"].items())
         full = _point(1.0, cell["full"])
         fields = dict(card_id=cell["id"], family=cell["family"], method=cell["method"], seed=int(cell.get("seed", 0)),
-                      world_seed=world_seed, curve=curve, full=full)
+                      world_seed=world_seed, curve=curve, full=full, parent_curve=_parent_curve(cell))
     except (KeyError, TypeError, ValueError) as exc:
         raise BadInput(f"cell {cell.get('id', '?')!r} is not an executed retrospective cell ({exc!r}): "
                        "pass the cell.json files of `agent retrospective --execute`") from exc
     if card is not None:
         fields |= card_facts(card).model_dump(include={"adapter", "learning_rate", "nominal_steps", "replay_share"})
     return PairedRun(**fields)
+
+
+def footing_of(runs: Sequence[PairedRun], wanted: Footing | None = None) -> tuple[Footing, str | None]:
+    """The footing one fit reads every run's short curve on, and a note where it is not the loop's:
+    `parent` where every run has its parent curve, else `control` for all (never mixed). `wanted`
+    forces one (a held-out fold takes its whole evaluation's); `parent` on a run without it is BadInput."""
+    lacking = sum(r.parent_curve is None for r in runs)
+    if wanted == "parent" and lacking:
+        raise BadInput(f"{lacking} of {len(runs)} paired runs have no parent scores for the parent footing: "
+                       "pass cells of `agent retrospective --execute` that keep `parent`, or fit on the control footing")
+    chosen: Footing = wanted or ("parent" if runs and not lacking else "control")
+    if chosen == "parent":
+        return chosen, None
+    why = (f"{lacking} of {len(runs)} paired runs lack the parent's scores (cells from before they were kept, "
+           "e.g. world v3's published JSON), so every run is read against its matched control"
+           if lacking else "the control footing was asked for")
+    return chosen, f"{CONTROL_FOOTING_WARNING}: {why}"
+
+
+def curve_on(run: PairedRun, footing: Footing) -> tuple[CurvePoint, ...]:
+    """A run's short curve on `footing` (footing_of chose it; a parent curve it lacks is BadInput)."""
+    if footing == "control":
+        return run.curve
+    if run.parent_curve is None:
+        raise BadInput(f"paired run {run.card_id} (seed {run.seed}) has no parent scores: "
+                       "fit on cells that keep `parent`, or on the control footing")
+    return run.parent_curve
 
 
 def seed_cells(out: str | Path) -> Iterable[dict]:

@@ -35,6 +35,14 @@ to its method over all adapters, then to all runs pooled, and a prediction names
 used and why. Out of scope: per-card covariates (learning rate, replay share) -- with 12 runs
 per method the bank cannot yet support them -- and the go/no-go model (policies/gonogo.py).
 The guard's value is a parameter: its one owner is the run config (`gate_ifeval_drop_pp`).
+
+Footing (policies.curves.footing_of). A loop's trial reads IFEval against the initial parent,
+not a matched control, so a fit reads the short runs (the reading and the power law's short
+points) against the parent where every run has the parent's scores, and against the matched
+control for every run otherwise (the fit's `footing_note` says so: world v3's published cells
+have no parent scores). The full-run change it predicts stays against the matched control, the
+outcome definition; on the parent footing `offset` then also absorbs how far the control moved
+from the parent by the trial's fraction.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from scipy import optimize, stats
 
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen
-from policies.curves import RETENTION, CurvePoint, PairedRun
+from policies.curves import RETENTION, CurvePoint, Footing, PairedRun, curve_on, footing_of
 from policies.outcomes import retention_safe
 from policies.stats import clopper_pearson, mean_interval
 
@@ -108,6 +116,11 @@ class Fit(Frozen):
     choice: Choice
     skipped: tuple[str, ...]
     """Groups with too few runs (e.g. 'grpo/lora: 1 run'); their runs fall back to a wider group."""
+    footing: Footing = "control"
+    """What the short readings were read against (policies.curves.footing_of); `control` in fits
+    from before the parent footing existed."""
+    footing_note: str | None = None
+    """Why it is not the loop's footing (None: it is)."""
 
 
 class MetricPrediction(Frozen):
@@ -222,11 +235,20 @@ def _adapter(run: PairedRun) -> str:
     return run.adapter or ANY
 
 
-def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice = "auto") -> Fit:
-    """Per (method, adapter), per method and pooled: every group with at least `min_runs` runs."""
+def _seated(runs: Sequence[PairedRun], footing: Footing) -> list[PairedRun]:
+    """The runs with `curve` holding their short readings on `footing` (what every fitting step reads)."""
+    return [r.model_copy(update={"curve": curve_on(r, footing)}) for r in runs]
+
+
+def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice = "auto",
+        footing: Footing | None = None) -> Fit:
+    """Per (method, adapter), per method and pooled: every group with at least `min_runs` runs; the
+    short readings on one footing for every run (policies.curves.footing_of; `footing` forces one)."""
     if len(runs) < min_runs or min_runs < 3:
         raise BadInput(f"extrapolation needs at least {max(min_runs, 3)} paired runs (min_runs >= 3), got {len(runs)}: "
                        "pass more executed retrospective cells")
+    footing, note = footing_of(runs, footing)
+    runs = _seated(runs, footing)
     keys = sorted({(r.method, _adapter(r)) for r in runs} | {(r.method, ANY) for r in runs}) + [(ANY, ANY)]
     groups, skipped = [], []
     for method, adapter in keys:
@@ -235,7 +257,8 @@ def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice =
             skipped.append(f"{method}/{adapter}: {len(members)} run{'s' * (len(members) != 1)}")
         else:
             groups.append(_group_fit(method, adapter, members, choice))
-    return Fit(groups=tuple(groups), min_runs=min_runs, choice=choice, skipped=tuple(skipped))
+    return Fit(groups=tuple(groups), min_runs=min_runs, choice=choice, skipped=tuple(skipped), footing=footing,
+               footing_note=note)
 
 
 # --- predicting and checking ---------------------------------------------------------------
@@ -253,7 +276,8 @@ def _group_for(fit_: Fit, method: str, adapter: str | None) -> tuple[GroupFit, s
 
 
 def predict(fit_: Fit, curve: Sequence[CurvePoint], *, method: str, adapter: str | None = None) -> Prediction:
-    """The full-length retention change a trial's curve extrapolates to, per metric, with its 95 % interval."""
+    """The full-length retention change a trial's curve extrapolates to, per metric, with its 95 % interval
+    (the curve on the fit's footing: a loop's trial is on the parent footing)."""
     if not curve:
         raise BadInput("a trial curve needs at least one short run to extrapolate from")
     group, why = _group_for(fit_, method, adapter)
@@ -340,6 +364,9 @@ class GuardSummary(Frozen):
 
 class ErrorReport(Frozen):
     holdout: Holdout
+    footing: Footing = "control"
+    """What every fold read the short runs against (the one footing of all the runs)."""
+    footing_note: str | None = None
     drop_pp: float
     min_runs: int
     choice: Choice
@@ -362,11 +389,11 @@ def held_out(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "c
     if holdout == "world" and len({r.world_seed for r in runs}) < 2:
         raise BadInput("leave-one-world-out needs paired runs of at least two world seeds: "
                        "pass several executed retrospectives (one per world) or hold out cells")
-    out = []
+    out, footing = [], footing_of(runs)[0]  # every fold on the footing of all the runs, never its own
     for key in sorted({unit(r) for r in runs}):
-        fitted = fit([r for r in runs if unit(r) != key], min_runs=min_runs, choice=choice)
+        fitted = fit([r for r in runs if unit(r) != key], min_runs=min_runs, choice=choice, footing=footing)
         for run in (r for r in runs if unit(r) == key):
-            p = predict(fitted, run.curve, method=run.method, adapter=run.adapter)
+            p = predict(fitted, curve_on(run, footing), method=run.method, adapter=run.adapter)
             full = dict(run.full.retention_pp)
             out.append(HeldOutRun(card_id=run.card_id, world_seed=run.world_seed, seed=run.seed, method=run.method,
                                   group=p.group, fallback=p.fallback, metrics=p.metrics, full_pp=full,
@@ -407,6 +434,8 @@ def extrapolation_error(runs: Sequence[PairedRun], *, drop_pp: float, holdout: H
     per metric and method, and how often the guard decision is right either way."""
     rows = held_out(runs, drop_pp=drop_pp, holdout=holdout, min_runs=min_runs, choice=choice)
     by = {"all": list(rows)} | {m: [r for r in rows if r.method == m] for m in sorted({r.method for r in rows})}
-    return ErrorReport(holdout=holdout, drop_pp=drop_pp, min_runs=min_runs, choice=choice, runs=rows,
+    footing, note = footing_of(runs)
+    return ErrorReport(holdout=holdout, footing=footing, footing_note=note, drop_pp=drop_pp, min_runs=min_runs,
+                       choice=choice, runs=rows,
                        errors={m: {k: _errors(v, m) for k, v in by.items()} for m in RETENTION},
                        guard={k: _guard(v) for k, v in by.items()})

@@ -28,6 +28,11 @@ are either given (a split: the finite-sample statement above holds) or, by defau
 runs' own out-of-group predictions (cross-fitting, as in CV+: no held-out run is spent, and the
 guarantee becomes approximate; the record says which).
 
+Footing (policies.curves.footing_of): the curve features read the short runs against the parent,
+as a loop's trial does, where every run in the fit (training and calibration) has the parent's
+scores; otherwise every run against its matched control, and the model's `footing_note` says so.
+The labels, the full runs' classes, are always against the matched control (policies.outcomes).
+
 Stored as JSON (a Frozen record; never pickle): standardisation, coefficients, feature names,
 the training-data hash, library version, alpha, delta and the threshold. Prediction is computed
 from the stored numbers; tests check it equals sklearn's predict_proba.
@@ -49,7 +54,7 @@ from experience_bank.hashing import content_hash
 from experience_bank.families import FAMILIES
 from experience_bank.records import Frozen, Grade, parse_model
 from experience_bank.results import SHORT_FRACTIONS
-from policies.curves import RETENTION, CardFacts, CurvePoint, PairedRun
+from policies.curves import RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on, footing_of
 from policies.stats import clopper_pearson
 
 FRACTIONS = SHORT_FRACTIONS
@@ -114,9 +119,10 @@ def _record_features(record: Record | None) -> dict[str, float]:
     return out | {f"grade_{g}": float(grade == g) for g in GRADES} | {"grade_missing": float(grade is None)}
 
 
-def features(run: PairedRun, record: Record | None = None) -> dict[str, float]:
-    """The go/no-go's named features of one run (the same names, in the same order, for every run)."""
-    return probe_features(run.curve, run, record)
+def features(run: PairedRun, record: Record | None = None, footing: Footing = "control") -> dict[str, float]:
+    """The go/no-go's named features of one run (the same names, in the same order, for every run),
+    its short curve read on `footing`."""
+    return probe_features(curve_on(run, footing), run, record)
 
 
 def probe_features(curve: Sequence[CurvePoint], card: CardFacts, record: Record | None = None) -> dict[str, float]:
@@ -130,10 +136,12 @@ FEATURE_NAMES: tuple[str, ...] = tuple(features(PairedRun(
     full={"fraction": 1.0, "target_pp": 0.0, "retention_pp": {}})))
 
 
-def matrix(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> np.ndarray:
-    """Runs x FEATURE_NAMES; a run's record is looked up by its card id."""
+def matrix(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None,
+           footing: Footing = "control") -> np.ndarray:
+    """Runs x FEATURE_NAMES, curves on `footing`; a run's record is looked up by its card id."""
     records = records or {}
-    return np.array([[features(r, records.get(r.card_id))[n] for n in FEATURE_NAMES] for r in runs], dtype=float)
+    return np.array([[features(r, records.get(r.card_id), footing)[n] for n in FEATURE_NAMES] for r in runs],
+                    dtype=float)
 
 
 # --- the stored model ------------------------------------------------------------------------------
@@ -187,12 +195,19 @@ class GoNoGo(Frozen):
     """training_hash of the runs and records it was fitted on."""
     library_version: int | None
     sklearn_version: str
+    footing: Footing = "control"
+    """What its curve features were read against (policies.curves.footing_of); `control` in models
+    fitted before the parent footing existed, which read nothing else."""
+    footing_note: str | None = None
+    """Why it is not the loop's footing (None: it is)."""
 
 
 def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> str:
     """content_hash of the training data: the runs in order and the records they read."""
     used = {r.card_id for r in runs}
-    return content_hash({"runs": [r.model_dump(mode="json") for r in runs],
+    # A run without a parent curve hashes as before the field existed: a refit of the same runs keeps its hash.
+    return content_hash({"runs": [r.model_dump(mode="json", exclude={"parent_curve"} if r.parent_curve is None else None)
+                                  for r in runs],
                          "records": {k: _record_features(v) for k, v in sorted((records or {}).items()) if k in used}})
 
 
@@ -303,13 +318,15 @@ def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha:
 
 def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, *, alpha: float, delta: float = 0.1,
         band: float, ifeval_drop_pp: float, C: float = DEFAULT_C, library_version: int | None = None,
-        calibration: Sequence[PairedRun] | None = None) -> GoNoGo:
+        calibration: Sequence[PairedRun] | None = None, footing: Footing | None = None) -> GoNoGo:
     """Fit both heads on `runs` and choose the threshold on `calibration` (None: cross-fitted scores
-    of `runs` themselves, one model per held-out group of groups_of)."""
+    of `runs` themselves, one model per held-out group of groups_of); the curve features on one
+    footing for every run of both (policies.curves.footing_of; `footing` forces one)."""
     check_levels(alpha, delta)
     if len(runs) < 2:
         raise BadInput(f"a go/no-go needs at least 2 paired runs, got {len(runs)}: pass more retrospective cells")
-    x, labels = matrix(runs, records), _labels(runs, band, ifeval_drop_pp)
+    footing, note = footing_of([*runs, *(calibration or ())], footing)
+    x, labels = matrix(runs, records, footing), _labels(runs, band, ifeval_drop_pp)
     scaler, harm, ben = _fit_heads(x, labels, C)
     model = GoNoGo(feature_names=FEATURE_NAMES, mean=tuple(float(v) for v in scaler.mean_),
                    scale=tuple(float(v) for v in scaler.scale_), harmful=harm, beneficial=ben, C=C, alpha=alpha,
@@ -317,10 +334,10 @@ def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, 
                                                     authorized=0, harmful=0, upper_bound=None),
                    band=band, ifeval_drop_pp=ifeval_drop_pp, n_train=len(runs),
                    training_hash=training_hash(runs, records), library_version=library_version,
-                   sklearn_version=sklearn.__version__)
+                   sklearn_version=sklearn.__version__, footing=footing, footing_note=note)
     if calibration is not None:
         cal_labels = _labels(calibration, band, ifeval_drop_pp)
-        p_harm = predict(model, matrix(calibration, records))[1]
+        p_harm = predict(model, matrix(calibration, records, footing))[1]
         kind: Literal["cross-fitted", "split"] = "split"
     else:
         cal_labels, kind = labels, "cross-fitted"

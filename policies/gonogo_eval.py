@@ -3,7 +3,8 @@
 Leave-one-group-out (gonogo.groups_of: one world seed at a time where the runs carry several,
 else one card at a time with all its seeds): the model and its threshold are fitted on the other
 groups only (the threshold on their cross-fitted scores) and decide the held-out group's runs.
-Truth: go = the full run is beneficial (policies.outcomes, through PairedRun.outcome).
+Truth: go = the full run is beneficial (policies.outcomes, through PairedRun.outcome). Every fold
+reads the curves on the one footing of all the runs (policies.curves.footing_of), never its own.
 
 Rules compared on the same held-out runs, each with accuracy, precision, recall and harmful
 among authorized, every rate with its 95 % Clopper-Pearson interval:
@@ -25,7 +26,7 @@ from sklearn.metrics import roc_auc_score
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen
 from policies import gonogo
-from policies.curves import PairedRun
+from policies.curves import Footing, PairedRun, footing_of
 from policies.stats import clopper_pearson
 
 
@@ -86,6 +87,10 @@ class Evaluation(Frozen):
     """ROC AUC of the held-out P(harmful) for harmful runs; None with one class only."""
     folds: tuple[Fold, ...]
     runs: tuple[HeldOut, ...]
+    footing: Footing = "control"
+    """What every fold's curve features were read against."""
+    footing_note: str | None = None
+    """Why not the loop's footing (None: it is)."""
 
 
 def rate(k: int, n: int) -> Rate:
@@ -112,7 +117,9 @@ def text(r: Rate) -> str:
 def markdown(e: Evaluation) -> str:
     """The evaluation's tables (rules, then folds' thresholds) as Markdown."""
     auc = "undefined (one class)" if e.auc_harmful is None else f"{e.auc_harmful:.3f}"
-    lines = [f"{e.n_runs} paired runs ({', '.join(f'{k} {v}' for k, v in e.outcomes.items())}), held out one {e.grouping} "
+    footing = ("Curve features read against the parent (the loop's footing)." if e.footing == "parent"
+               else f"Curve features read against the matched control: {e.footing_note}.")
+    lines = [footing, "", f"{e.n_runs} paired runs ({', '.join(f'{k} {v}' for k, v in e.outcomes.items())}), held out one {e.grouping} "
              f"at a time ({len(e.folds)} folds); alpha = {e.alpha}, delta = {e.delta}; held-out ROC AUC of "
              f"P(harmful) for harmful runs: {auc}.", "",
              "| rule | go | accuracy | precision (beneficial / go) | recall (go / beneficial) | harmful / go |",
@@ -137,12 +144,14 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
     if len(set(groups)) < 3:
         raise BadInput(f"held-out evaluation needs at least 3 {grouping}s, got {len(set(groups))}: "
                        "pass more retrospective cells or worlds")
+    footing, note = footing_of(runs)
     folds, held = [], {}
     for g in dict.fromkeys(groups):
         train = [r for r, gr in zip(runs, groups) if gr != g]
         test = [i for i, gr in enumerate(groups) if gr == g]
-        model = gonogo.fit(train, records, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C)
-        x = gonogo.matrix([runs[i] for i in test], records)
+        model = gonogo.fit(train, records, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C,
+                           footing=footing)
+        x = gonogo.matrix([runs[i] for i in test], records, footing)
         for i, row in zip(test, x):
             held[i] = gonogo.decide(model, dict(zip(gonogo.FEATURE_NAMES, row)))
         folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
@@ -161,7 +170,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         grouping=grouping, n_runs=len(runs), outcomes={k: outcome.count(k) for k in ("beneficial", "harmful", "neutral")},
         alpha=alpha, delta=delta, rules=rules,
         auc_harmful=float(roc_auc_score(harm, p_harm)) if 0 < sum(harm) < len(harm) else None,
-        folds=tuple(folds),
+        folds=tuple(folds), footing=footing, footing_note=note,
         runs=tuple(HeldOut(card_id=r.card_id, seed=r.seed, world_seed=r.world_seed, outcome=o, p_beneficial=held[i].p_beneficial,
                            p_harmful=held[i].p_harmful, go=held[i].go, baseline_go={name: go[i] for name, go in base.items()})
                    for i, (r, o) in enumerate(zip(runs, outcome))))

@@ -13,9 +13,10 @@ is no reason to override one. Otherwise (Pass or Inconclusive) the model decides
 authorizes the full run under its frozen Learn-then-Test threshold (P(harmful) <= t), else Fail.
 So the rule never returns Inconclusive and never spends the fallback lease.
 
-Out of scope: a trial's curve is measured against the parent (target) and the initial parent
-(retention), while the retrospective's paired runs the model was fitted on are effects against
-a matched control trained the same way; the two agree only as far as the control moves little.
+Footing: a trial's curve is measured against the parent (target) and the initial parent
+(retention); a model fitted on cells that keep the parent's scores read their short runs the same
+way (GoNoGo.footing `parent`). One fitted on older cells read them against matched controls
+(`control`); the run uses it and its manifest and report say so (agent/run/gonogo_model.py).
 """
 
 from __future__ import annotations

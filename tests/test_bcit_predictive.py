@@ -20,7 +20,7 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
 from policies import EpisodeState, PolicyConfig, authorize, gonogo
 from policies.audit import cells_from_entries, read_outcomes, verify_ledger, walk
-from policies.curves import CardFields, trial_curve
+from policies.curves import CONTROL_FOOTING_WARNING, CardFields, trial_curve
 from policies.features import features_from_row
 from policies.predictive import verdict
 from support.gonogo_fixture import fitted_model, write_model
@@ -131,6 +131,8 @@ def test_the_manifest_freezes_the_model_and_the_run_keeps_a_copy(tmp_path, model
         model.training_hash, model.threshold.threshold, model.alpha, model.delta, model.feature_names,
         model.sklearn_version)
     assert frozen_model(ctx.rundir, ctx.manifest) == model
+    # the fixture's runs have no parent scores: the run uses the model and warns that its footing is not the loop's
+    assert (model.footing, info.footing, info.footing_warning) == ("control", "control", CONTROL_FOOTING_WARNING)
     # every other policy's manifest holds none, and reads none
     other, _, bank = make_ctx(tmp_path / "bcit", policy="bcit", gonogo_model=str(path))
     bank.close()
@@ -160,7 +162,8 @@ def test_an_episode_reports_why_and_its_audit_recomputes_every_verdict_from_the_
     path = write_model(tmp_path / "model.json")
     run = tmp_path / "run"
     run_fake(run, policy="bcit_predictive", gonogo_model=str(path), max_rejections=10)
-    assert "Go/no-go: why each trial went on or stopped" in (run / "report.md").read_text()
+    report = (run / "report.md").read_text()
+    assert "Go/no-go: why each trial went on or stopped" in report and f"Warning: {CONTROL_FOOTING_WARNING}." in report
     path.write_text(gonogo.dumps(fitted_model(alpha=0.3)))  # the user's file no longer matters to the audit
     model = _frozen_gonogo(str(run))
     assert model == fitted_model()

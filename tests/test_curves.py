@@ -7,7 +7,8 @@ import pytest
 
 from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
 from experience_bank.errors import BadInput
-from policies.curves import paired_run, paired_runs
+from policies.curves import CONTROL_FOOTING_WARNING, curve_on, footing_of, paired_run, paired_runs
+from support.footing_cells import cell
 
 CELLS = json.loads((Path(__file__).parents[1] / "docs/results/retrospective-default.json").read_text())["cells"]
 
@@ -40,3 +41,45 @@ def test_a_cell_without_runs_is_refused_in_one_line(tmp_path):
         paired_run({"id": "S01", "family": "finance", "method": "sft"}, world_seed=0)
     with pytest.raises(BadInput, match="no cells/ folder"):
         paired_runs(tmp_path)
+
+
+HAND = {"0.05": (1.0, -1.0, 0.5), "0.10": (2.0, 0.0, 1.0), "0.20": (3.0, 1.0, -0.5)}
+"""Effects against the matched control (support/footing_cells.py: CONTROL, PARENT)."""
+
+
+def _values(curve):
+    return [(p.fraction, p.target_pp, p.retention_pp["ifeval.prompt_strict"], p.retention_pp["ifeval.inst_strict"])
+            for p in curve]
+
+
+def test_a_cell_with_parent_scores_reads_its_short_runs_on_the_loops_footing_too():
+    run = paired_run(cell("S01", HAND, (-1.0, -4.0, -3.0)), world_seed=0)
+    # effect + control[f] - parent: at 5 % target 1 + 40 - 48, prompt -1 + 70 - 70, inst 0.5 + 80 - 80; ...
+    assert _values(run.parent_curve) == [(0.05, -7.0, -1.0, 0.5), (0.10, -2.0, 2.0, 2.0), (0.20, 5.0, 6.0, -0.5)]
+    assert _values(run.curve) == [(0.05, 1.0, -1.0, 0.5), (0.10, 2.0, 0.0, 1.0), (0.20, 3.0, 1.0, -0.5)]
+    # The label stays against the matched control: the outcome definition.
+    assert (run.full.target_pp, run.full.retention_pp) == (-1.0, {"ifeval.inst_strict": -3.0,
+                                                                  "ifeval.prompt_strict": -4.0})
+    assert curve_on(run, "parent") == run.parent_curve and curve_on(run, "control") == run.curve
+
+
+def test_a_fit_reads_one_footing_for_every_run_and_says_when_it_is_not_the_loops():
+    new = paired_run(cell("S01", HAND, (0.0, 0.0, 0.0)), world_seed=0)
+    old = paired_run(cell("S02", HAND, (0.0, 0.0, 0.0), parent=False), world_seed=0)
+    assert old.parent_curve is None
+    assert footing_of([new, new]) == ("parent", None)
+    footing, note = footing_of([new, old])
+    assert footing == "control" and note.startswith(CONTROL_FOOTING_WARNING) and "1 of 2 paired runs" in note
+    with pytest.raises(BadInput, match="1 of 2 paired runs have no parent scores"):
+        footing_of([new, old], "parent")
+    with pytest.raises(BadInput, match="S02 .* has no parent scores"):
+        curve_on(old, "parent")
+    # World v3's published cells predate the parent's scores: they are read on the control footing.
+    assert footing_of([paired_run(c, world_seed=0) for c in CELLS])[0] == "control"
+
+
+def test_a_cell_whose_parent_scores_are_broken_is_refused_in_one_line():
+    broken = cell("S01", HAND, (0.0, 0.0, 0.0))
+    del broken["control"]["0.10"]
+    with pytest.raises(BadInput, match="S01.* not an executed retrospective cell"):
+        paired_run(broken, world_seed=0)

@@ -11,7 +11,7 @@ from agent.experiments.extrapolation import load_runs, measure
 from agent.experiments.retro_cells import IFEVAL_DROP_PP
 from agent.world.catalogue import adapter_kinds, catalogue_sha256
 from experience_bank.errors import BadInput
-from policies.curves import RETENTION, CurvePoint, PairedRun, paired_runs_json
+from policies.curves import RETENTION, CurvePoint, PairedRun, paired_run, paired_runs_json, trial_curve
 from policies.extrapolate import extrapolation_error, fit, guard_check, held_out, power_fit, predict
 
 V3 = Path(__file__).parents[1] / "docs/results/retrospective-default.json"
@@ -160,3 +160,38 @@ def test_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys, make
     err = capsys.readouterr().err.strip()
     assert err.startswith(("agent: error: --retrospective", "agent: error: --out")) or "not a retrospective JSON" in err
     assert len(err.splitlines()) == 1 and list(tmp_path.glob("out*")) == []
+
+
+def _hand_runs(parent: bool = True) -> list[PairedRun]:
+    """Five cells (support/footing_cells.py) whose 20 % effects are e = 1..5 on both IFEval metrics and
+    whose full runs are e - 3: on the parent footing the 20 % reading is e + 75 - 70 = e + 5 (prompt)
+    and e + 80 - 80 = e (inst)."""
+    from support.footing_cells import cell  # noqa: PLC0415
+    return [paired_run(cell(f"S{e}", {"0.05": (0, 0, 0), "0.10": (0, 0, 0), "0.20": (0.0, e, e)}, (0.0, e - 3, e - 3),
+                            parent=parent or e > 1), world_seed=0) for e in range(1, 6)]
+
+
+def test_on_the_parent_footing_the_growth_runs_from_the_loops_reading_to_the_controlled_full_run():
+    f = fit(_hand_runs(), choice="offset")
+    assert (f.footing, f.footing_note) == ("parent", None)
+    mf = f.groups[0].metrics
+    assert (mf["ifeval.prompt_strict"].growth_pp, mf["ifeval.inst_strict"].growth_pp) == (-8.0, -3.0)
+    # A loop's trial (its curve against the parent) reading +4 prompt, +1 inst at 20 %: -4 and -2 at full length.
+    trial = trial_curve({"0.20": {"target": 0.0, "ifeval.prompt_strict": 4.0, "ifeval.inst_strict": 1.0}})
+    p = predict(f, trial, method="sft").metrics
+    assert (p["ifeval.prompt_strict"].predicted_pp, p["ifeval.inst_strict"].predicted_pp) == (-4.0, -2.0)
+    assert p["ifeval.prompt_strict"].interval_pp == (-4.0, -4.0)  # every leave-one-out error is 0
+    # Held out cell by cell, every fold on the parent footing: the raw reading is 8 (prompt) and 3 (inst) off.
+    for row in held_out(_hand_runs(), drop_pp=IFEVAL_DROP_PP, choice="offset"):
+        m = row.metrics
+        assert m["ifeval.prompt_strict"].reading_pp - row.full_pp["ifeval.prompt_strict"] == 8.0
+        assert m["ifeval.inst_strict"].reading_pp - row.full_pp["ifeval.inst_strict"] == 3.0
+        assert m["ifeval.prompt_strict"].predicted_pp == row.full_pp["ifeval.prompt_strict"]
+
+
+def test_one_run_without_parent_scores_puts_the_whole_fit_on_the_control_footing_and_says_so():
+    f = fit(_hand_runs(parent=False), choice="offset")
+    assert f.footing == "control" and "1 of 5 paired runs lack the parent's scores" in f.footing_note
+    assert f.groups[0].metrics["ifeval.prompt_strict"].growth_pp == -3.0  # full - effect, for every run
+    rows = held_out(_hand_runs(parent=False), drop_pp=IFEVAL_DROP_PP, choice="offset")
+    assert {r.metrics["ifeval.prompt_strict"].reading_pp - r.full_pp["ifeval.prompt_strict"] for r in rows} == {3.0}

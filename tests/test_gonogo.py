@@ -242,3 +242,25 @@ def test_agent_help_lists_gonogo(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0 and "gonogo" in capsys.readouterr().out
+
+
+def test_the_curve_features_read_the_parent_footing_where_every_run_has_it_and_the_model_says_which():
+    from support.footing_cells import cell  # noqa: PLC0415
+    short = {"0.05": (1.0, -1.0, 0.5), "0.10": (2.0, 0.0, 1.0), "0.20": (3.0, 1.0, -0.5)}
+    runs = [paired_run(cell(f"S{i}", short, (-5.0 + 5 * i, 0.0, 0.0), seed=s), world_seed=0)
+            for i in range(3) for s in range(2)]
+    f = gonogo.features(runs[0], footing="parent")
+    # effect + control - parent (support/footing_cells.py): at 5 % target 1 + 40 - 48, prompt -1 + 70 - 70.
+    assert (f["target@0.05"], f["ifeval.prompt_strict@0.05"], f["ifeval.inst_strict@0.20"]) == (-7.0, -1.0, -0.5)
+    assert f["target_slope"] == pytest.approx((5.0 - -7.0) / 0.15)
+    assert gonogo.features(runs[0])["target@0.05"] == 1.0  # the control footing: the effect itself
+    model = gonogo.fit(runs, alpha=0.3, **RULE)
+    assert (model.footing, model.footing_note) == ("parent", None)
+    assert model.mean[gonogo.FEATURE_NAMES.index("target@0.20")] == 5.0
+    # One run from before the parent's scores were kept: every run on the control footing, and said.
+    old = runs[:-1] + [paired_run(cell("S2", short, (5.0, 0.0, 0.0), seed=1, parent=False), world_seed=0)]
+    mixed = gonogo.fit(old, alpha=0.3, **RULE)
+    assert mixed.footing == "control" and "1 of 6 paired runs lack" in mixed.footing_note
+    assert mixed.mean[gonogo.FEATURE_NAMES.index("target@0.20")] == 3.0
+    assert gonogo.loads(gonogo.dumps(mixed)) == mixed
+    assert evaluate(runs, alpha=0.3, **RULE).footing == "parent"

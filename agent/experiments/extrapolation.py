@@ -92,6 +92,9 @@ def markdown(sources: Sequence[str | Path], fitted: Fit, reports: list[ErrorRepo
              f"Command: `{command}`", "", "Sources:", ""]
     lines += [f"- `{s['path']}` (sha256 {s['sha256'][:16]})" for s in _sources(sources)]
     lines += ["", f"Guard: an IFEval strict change below -{IFEVAL_DROP_PP:g} pp (RunConfig.gate_ifeval_drop_pp).", ""]
+    lines += ["Footing: the trial readings against the parent, as a loop's trial reads them; the full runs against "
+              "their matched controls." if fitted.footing == "parent"
+              else f"Footing: every reading against its matched control ({fitted.footing_note}).", ""]
     lines += _fit_table(fitted)
     for rep in reports:
         lines += _error_tables(rep)

@@ -22,6 +22,7 @@ from experience_bank.files import write_atomic
 from experience_bank.hashing import sha256_text
 from policies import gonogo
 from policies.authorize import NEEDS_GONOGO
+from policies.curves import CONTROL_FOOTING_WARNING
 
 HOW_TO_FIT = ("fit one with `agent gonogo SOURCES --model OUT.json` (SOURCES: executed retrospective directories "
               "or a retrospective JSON) and pass --gonogo-model OUT.json (or gonogo_model: in the config)")
@@ -39,7 +40,8 @@ def read_model(cfg: RunConfig) -> tuple[str, GoNoGoInfo] | None:
     return text, GoNoGoInfo(sha256=sha256_text(text), source=cfg.gonogo_model, training_hash=m.training_hash,
                             feature_names=m.feature_names, threshold=m.threshold.threshold, alpha=m.alpha,
                             delta=m.delta, n_train=m.n_train, library_version=m.library_version,
-                            sklearn_version=m.sklearn_version)
+                            sklearn_version=m.sklearn_version, footing=m.footing,
+                            footing_warning=CONTROL_FOOTING_WARNING if m.footing == "control" else None)
 
 
 def freeze_copy(rundir: RunDir, text: str) -> None:

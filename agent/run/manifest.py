@@ -19,6 +19,7 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
 from experience_bank.records import Frozen, Ident, Sha256, parse_model
 from policies.authorize import LEASE_READING, PolicyConfig
+from policies.curves import Footing
 from policies.gate import GateConfig, uniform_gate_config
 
 
@@ -84,6 +85,12 @@ class GoNoGoInfo(Frozen):
     """The library version it was refit at (None: fitted outside an episode)."""
     sklearn_version: str
     """scikit-learn version it was fitted with."""
+    footing: Footing = "control"
+    """What its curve features were read against (policies.curves.footing_of): `parent` is what the
+    loop's trial reads; `control` (a matched control) in models fitted on cells without the parent's scores."""
+    footing_warning: str | None = None
+    """policies.curves.CONTROL_FOOTING_WARNING where `footing` is not the loop's, else None: the run still
+    uses the model (the published world-v3 model has only the control footing), and says so."""
 
 
 class TrialInfo(Frozen):

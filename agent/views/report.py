@@ -255,7 +255,9 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
         out.append(Section("Go/no-go: why each trial went on or stopped (bcit_predictive)", [
             f"The frozen model ({rd.gonogo_file.name}, sha256 {manifest.gonogo.sha256[:12] if manifest.gonogo else '?'}) "
             "read each trial's curve, card and record; a contribution is coefficient x standardised value in "
-            "P(harmful)'s log-odds (positive: toward no-go), the largest first.",
+            "P(harmful)'s log-odds (positive: toward no-go), the largest first."
+            + (f" Warning: {manifest.gonogo.footing_warning}." if manifest.gonogo and manifest.gonogo.footing_warning
+               else ""),
             Table(["seq", "candidate", "trial verdict", "acted on", "contributions"], why, id="gonogo")]))
     ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
