@@ -8,7 +8,7 @@ import pytest
 from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
 from experience_bank.errors import BadInput
 from policies.curves import CONTROL_FOOTING_WARNING, curve_on, footing_of, paired_run, paired_runs
-from support.footing_cells import cell
+from support.footing_cells import cell as hand_cell
 
 CELLS = json.loads((Path(__file__).parents[1] / "docs/results/retrospective-default.json").read_text())["cells"]
 
@@ -53,7 +53,7 @@ def _values(curve):
 
 
 def test_a_cell_with_parent_scores_reads_its_short_runs_on_the_loops_footing_too():
-    run = paired_run(cell("S01", HAND, (-1.0, -4.0, -3.0)), world_seed=0)
+    run = paired_run(hand_cell("S01", HAND, (-1.0, -4.0, -3.0)), world_seed=0)
     # effect + control[f] - parent: at 5 % target 1 + 40 - 48, prompt -1 + 70 - 70, inst 0.5 + 80 - 80; ...
     assert _values(run.parent_curve) == [(0.05, -7.0, -1.0, 0.5), (0.10, -2.0, 2.0, 2.0), (0.20, 5.0, 6.0, -0.5)]
     assert _values(run.curve) == [(0.05, 1.0, -1.0, 0.5), (0.10, 2.0, 0.0, 1.0), (0.20, 3.0, 1.0, -0.5)]
@@ -64,8 +64,8 @@ def test_a_cell_with_parent_scores_reads_its_short_runs_on_the_loops_footing_too
 
 
 def test_a_fit_reads_one_footing_for_every_run_and_says_when_it_is_not_the_loops():
-    new = paired_run(cell("S01", HAND, (0.0, 0.0, 0.0)), world_seed=0)
-    old = paired_run(cell("S02", HAND, (0.0, 0.0, 0.0), parent=False), world_seed=0)
+    new = paired_run(hand_cell("S01", HAND, (0.0, 0.0, 0.0)), world_seed=0)
+    old = paired_run(hand_cell("S02", HAND, (0.0, 0.0, 0.0), parent=False), world_seed=0)
     assert old.parent_curve is None
     assert footing_of([new, new]) == ("parent", None)
     footing, note = footing_of([new, old])
@@ -79,7 +79,7 @@ def test_a_fit_reads_one_footing_for_every_run_and_says_when_it_is_not_the_loops
 
 
 def test_a_cell_whose_parent_scores_are_broken_is_refused_in_one_line():
-    broken = cell("S01", HAND, (0.0, 0.0, 0.0))
+    broken = hand_cell("S01", HAND, (0.0, 0.0, 0.0))
     del broken["control"]["0.10"]
     with pytest.raises(BadInput, match="S01.* not an executed retrospective cell"):
         paired_run(broken, world_seed=0)
