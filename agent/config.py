@@ -97,6 +97,10 @@ class RunConfig(BaseModel):
     gonogo_model: str | None = None
     """A fitted go/no-go model (`agent gonogo SOURCES --model OUT.json`): bcit_predictive's trial rule
     reads it (required for that policy, unread by the others); frozen into the run directory at start."""
+    extrapolation_model: str | None = None
+    """A fitted forgetting extrapolation (`agent extrapolate ... --save OUT.json`): where given, the
+    trial's retention check holds the extrapolated full-length IFEval changes to the guard, for every
+    policy (policies.trial_rules.acted_verdict); frozen into the run directory at start."""
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Seed of training, sampling and generation."""
     bank: str = "runs/bank.sqlite"
@@ -205,7 +209,7 @@ class RunConfig(BaseModel):
         return own if own is not None else eval_sizes(self.world_kind).suite_n(suite)
 
 
-FLAG_KEYS = ("episode_budget", "policy", "gonogo_model", "seed", "world_seed", "bank", "out", "proposer", "base_url",
+FLAG_KEYS = ("episode_budget", "policy", "gonogo_model", "extrapolation_model", "seed", "world_seed", "bank", "out", "proposer", "base_url",
              "model", "quiet", "tracking", "tracking_uri", "cards", "cards_only", "approve")
 """Config keys that `agent run` also takes as flags (flags win)."""
 

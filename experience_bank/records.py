@@ -292,6 +292,31 @@ TrialCurve = dict[str, dict[str, float]]
 and events written before it existed keep their bytes and hashes."""
 
 
+class ExtrapolatedRetention(Frozen):
+    """A trial's retention check on the extrapolated full-length IFEval changes (policies/extrapolate.py,
+    `trial_retention`): the trial's reading beside the change the run's frozen extrapolation model
+    predicts at full length, per IFEval strict metric, against the guard."""
+
+    group: str
+    """The fit's group the prediction used, `method/adapter` (`*`: any)."""
+    fallback: str | None = None
+    """Why a wider group than the card's (method, adapter) was used; None when it was not."""
+    fraction: float
+    """The trial's share of the nominal steps the reading is at."""
+    footing: Literal["parent", "control"]
+    """What the model's short readings were read against (`parent`: as the trial reads them)."""
+    drop_pp: float
+    """The guard the extrapolated changes were held to (the run config's gate_ifeval_drop_pp)."""
+    reading_pp: dict[str, float]
+    """The trial's own reading by metric (pp vs the initial parent)."""
+    predicted_pp: dict[str, float]
+    """The extrapolated full-length change by metric (pp)."""
+    interval_pp: dict[str, tuple[float, float]]
+    """Its 95 % prediction interval by metric."""
+    safe: bool
+    """Every extrapolated change is within the guard (policies.outcomes.retention_safe)."""
+
+
 
 class RetentionEffect(Frozen):
     metric: Ident
@@ -503,6 +528,10 @@ class Event(Frozen):
     """Why a learned trial rule decided as it did (bcit_predictive's go/no-go): its largest feature
     contributions to the log-odds of P(harmful), (feature, coefficient x standardised value), largest
     |value| first; positive pushes toward no-go. Empty for every other policy."""
+    trial_retention_extrapolated: ExtrapolatedRetention | None = None
+    """The trial's retention check at full length, where the run froze an extrapolation model
+    (`agent run --extrapolation-model`): below the guard, the verdict the policy acted on was Fail
+    whatever trial_verdict (the trial's own) says. Omitted where None."""
     target_metric: str | None = None
     """The card's target metric key (`<family>/target.<metric>`), where a full run was judged."""
     target_gain: float | None = None
@@ -516,7 +545,8 @@ class Event(Frozen):
     refused: Annotated[str, Field(max_length=500)] | None = None
     """Why a trial or full run that the decision allowed was not started (budget, no bounded trial)."""
 
-    _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve", "trial_contributions"))
+    _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve", "trial_contributions",
+                                                                 "trial_retention_extrapolated"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "Event":

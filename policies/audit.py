@@ -43,7 +43,7 @@ from policies.features import compile as compile_features
 from policies.gate import GateConfig
 from policies.gonogo import GoNoGo
 from policies.outcomes import OUTCOME_CLASSES, UNCERTAIN, IntervalClass
-from policies.trial_rules import TrialFacts, policy_verdict
+from policies.trial_rules import RetentionGuard, TrialFacts, acted_verdict
 
 GENESIS = "0" * 64
 DECISIONS_FILE = "decisions.jsonl"
@@ -207,12 +207,13 @@ class Cell:
     """The candidate's card facts (from the frozen record), which a learned trial rule reads."""
 
 
-def walk(cells: list[Cell], policy: str, config: PolicyConfig,
-         min_gain_pp: Mapping[str, float] | None = None, gonogo: GoNoGo | None = None) -> list[dict]:
+def walk(cells: list[Cell], policy: str, config: PolicyConfig, min_gain_pp: Mapping[str, float] | None = None,
+         gonogo: GoNoGo | None = None, retention: RetentionGuard | None = None) -> list[dict]:
     """Route every cell in order under `policy`, spending quota and lease per episode.
     `min_gain_pp`: the gate's adoption threshold per family, which a policy with its own trial
     rule compares its prediction with (None: the gate's default); `gonogo`: the run's frozen
-    go/no-go model (None: bcit_predictive's trial verdicts are undetermined)."""
+    go/no-go model (None: bcit_predictive's trial verdicts are undetermined); `retention`: the
+    run's frozen extrapolation model and guard (None: the trials' retention is read as recorded)."""
     gains = dict(min_gain_pp) if min_gain_pp is not None else GateConfig().min_gain_pp
     rows, states = [], {}
     for c in cells:
@@ -222,14 +223,14 @@ def walk(cells: list[Cell], policy: str, config: PolicyConfig,
             rows.append({"action": None, "rule": "no frozen record to compile without B_i", "authorized": None, "spent": 0.0})
             continue
         d = authorize(f, policy, st, config)
-        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config, policy, gains, gonogo)
+        authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config, policy, gains, gonogo, retention)
         states[c.episode_id] = st
         rows.append({"action": d.action, "rule": d.rule, "authorized": authorized, "spent": spent, "after_trial": note})
     return rows
 
 
 def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig, policy: str,
-             min_gain_pp: Mapping[str, float], gonogo: GoNoGo | None = None):
+             min_gain_pp: Mapping[str, float], gonogo: GoNoGo | None = None, retention: RetentionGuard | None = None):
     """(authorized, device-hours spent, trial note, state after) for one routed cell."""
     o = c.outcome
     full = o.full_device_hours if o else 0.0
@@ -243,8 +244,8 @@ def _execute(action: str, c: Cell, st: EpisodeState, config: PolicyConfig, polic
     threshold = min_gain_pp[o.family] if o.family in min_gain_pp else max(min_gain_pp.values())
     # an episode's cell carries its whole curve; a retrospective's only the short runs' targets
     curve = o.trial_curve or {k: {"target": v} for k, v in o.short.items()}
-    facts = TrialFacts(o.trial_verdict, curve, threshold, o.trial_delta, c.card, c.features, gonogo)
-    (verdict, why, _), st = policy_verdict(policy, facts, st)
+    facts = TrialFacts(o.trial_verdict, curve, threshold, o.trial_delta, c.card, c.features, gonogo, retention)
+    (verdict, why, _), st, _ = acted_verdict(policy, facts, st)
     if verdict is None:
         return None, 0.0, why, st
     then, note, st = after_trial(verdict, st, config)
@@ -300,10 +301,10 @@ def mcnemar_table(cells: list[Cell], walks: dict[str, list[dict]], base: str = "
 
 
 def score_policies(cells: list[Cell], config: PolicyConfig, min_gain_pp: Mapping[str, float] | None = None,
-                   gonogo: GoNoGo | None = None) -> dict:
-    """Counterfactual walks of every policy, and the audit metrics where outcomes exist
-    (`min_gain_pp`, `gonogo`: the run's adoption thresholds and go/no-go, as `walk` takes them)."""
-    walks = {p: walk(cells, p, config, min_gain_pp, gonogo) for p in POLICIES}
+                   gonogo: GoNoGo | None = None, retention: RetentionGuard | None = None) -> dict:
+    """Counterfactual walks of every policy, and the audit metrics where outcomes exist (`min_gain_pp`,
+    `gonogo`, `retention`: the run's adoption thresholds, go/no-go and extrapolation, as `walk` takes them)."""
+    walks = {p: walk(cells, p, config, min_gain_pp, gonogo, retention) for p in POLICIES}
     has_outcomes = any(_classified(c) for c in cells)
     return {"walks": walks, "policies": {p: policy_metrics(cells, w) for p, w in walks.items()} if has_outcomes else {},
             "mcnemar_p": mcnemar_table(cells, walks) if has_outcomes else {}, "coverage": coverage(cells)}
@@ -377,10 +378,12 @@ def own_policy_agreement(entries: list[Entry], walks: dict[str, list[dict]]) -> 
     return {"policy": policy, "agree": len(entries) - len(differs), "of": len(entries), "differs_at": differs}
 
 
-def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None, gonogo: GoNoGo | None = None) -> dict:
+def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None, gonogo: GoNoGo | None = None,
+          retention: RetentionGuard | None = None) -> dict:
     """Verify every decision hash for hash, then (only then) score outcomes; `ok` False on any mismatch.
     `min_gain_pp`: the run's adoption thresholds per family (its manifest's gate; None: the gate's default);
-    `gonogo`: the run's frozen go/no-go model (agent/run/gonogo_model.py reads it; None: none was frozen)."""
+    `gonogo`: the run's frozen go/no-go model (agent/run/gonogo_model.py reads it; None: none was frozen);
+    `retention`: its frozen extrapolation model and guard (agent/run/extrapolation_model.py; None: none)."""
     ledger, outcomes_path = _ledger_paths(path)
     lines = _lines(ledger)
     if not lines:
@@ -392,7 +395,7 @@ def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None, gono
         return report
     config = entries[0].config
     cells = cells_from_entries(entries, read_outcomes(outcomes_path))  # outcomes opened only now
-    scored = score_policies(cells, config, min_gain_pp, gonogo)
+    scored = score_policies(cells, config, min_gain_pp, gonogo, retention)
     report["own_policy"] = own_policy_agreement(entries, scored["walks"])
     if report["own_policy"]["differs_at"]:
         report["ok"] = False

@@ -55,8 +55,10 @@ import numpy as np
 from scipy import optimize, stats
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen
-from policies.curves import RETENTION, CurvePoint, Footing, PairedRun, curve_on, footing_of
+from experience_bank.hashing import content_hash
+from experience_bank.records import ExtrapolatedRetention, Frozen, TrialCurve, parse_model
+from policies.curves import (CONTROL_FOOTING_WARNING, RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on,
+                             footing_of, trial_curve)
 from policies.outcomes import retention_safe
 from policies.stats import clopper_pearson, mean_interval
 
@@ -121,6 +123,20 @@ class Fit(Frozen):
     from before the parent footing existed."""
     footing_note: str | None = None
     """Why it is not the loop's footing (None: it is)."""
+    n_runs: int | None = None
+    """Paired runs it was fitted on (None in fits from before it was recorded)."""
+    training_hash: str | None = None
+    """content_hash of those runs (None in fits from before it was recorded)."""
+
+
+def dumps(fit_: Fit) -> str:
+    """A fit as the JSON file `agent extrapolate --model OUT.json` writes and `agent run --extrapolation-model` reads."""
+    return fit_.model_dump_json()
+
+
+def loads(text: str) -> Fit:
+    """A stored fit from its JSON; BadInput on any defect."""
+    return parse_model(Fit, text, "extrapolation model")
 
 
 class MetricPrediction(Frozen):
@@ -258,7 +274,8 @@ def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice =
         else:
             groups.append(_group_fit(method, adapter, members, choice))
     return Fit(groups=tuple(groups), min_runs=min_runs, choice=choice, skipped=tuple(skipped), footing=footing,
-               footing_note=note)
+               footing_note=note, n_runs=len(runs),
+               training_hash=content_hash([r.model_dump(mode="json") for r in runs]))
 
 
 # --- predicting and checking ---------------------------------------------------------------
@@ -309,6 +326,34 @@ def guard_check(prediction: Prediction, *, drop_pp: float) -> GuardCheck:
                     for m, p in prediction.metrics.items())
     return GuardCheck(drop_pp=drop_pp, raw_safe=_safe(raw, drop_pp), extrapolated_safe=_safe(ext, drop_pp),
                       reasons=reasons)
+
+
+def trial_retention(fit_: Fit, curve: TrialCurve, card: CardFacts, *, drop_pp: float) -> ExtrapolatedRetention | None:
+    """The trial's retention check at full length: its last reading (an episode's trial curve, on the
+    parent footing) extrapolated by the card's (method, adapter) group and held to the guard
+    (`drop_pp` from its one owner, RunConfig.gate_ifeval_drop_pp). None where the curve lacks an
+    IFEval strict reading (nothing to extrapolate: the trial's own verdict stands)."""
+    points = trial_curve(curve)
+    if not points or any(m not in points[-1].retention_pp for m in RETENTION):
+        return None
+    p = predict(fit_, points, method=card.method, adapter=card.adapter)
+    return ExtrapolatedRetention(
+        group=p.group, fallback=p.fallback, fraction=p.trial_fraction, footing=fit_.footing, drop_pp=drop_pp,
+        reading_pp={m: v.reading_pp for m, v in p.metrics.items()},
+        predicted_pp={m: v.predicted_pp for m, v in p.metrics.items()},
+        interval_pp={m: v.interval_pp for m, v in p.metrics.items()},
+        safe=_safe({m: v.predicted_pp for m, v in p.metrics.items()}, drop_pp))
+
+
+def retention_reason(x: ExtrapolatedRetention) -> str:
+    """One line naming both numbers per metric: `IFEval prompt strict -0.8 pp at 20 %, extrapolated
+    -3.1 pp at full length [-4.5, -1.7]; ... (group sft/lora); guard -2 pp`."""
+    pct = round(100 * x.fraction)
+    parts = [f"IFEval {m.partition('.')[2].replace('_', ' ')} {x.reading_pp[m]:+.1f} pp at {pct} %, extrapolated "
+             f"{x.predicted_pp[m]:+.1f} pp at full length [{x.interval_pp[m][0]:+.1f}, {x.interval_pp[m][1]:+.1f}]"
+             for m in x.predicted_pp]
+    warn = f"; {CONTROL_FOOTING_WARNING}" if x.footing == "control" else ""
+    return f"{'; '.join(parts)} (group {x.group}); guard -{x.drop_pp:g} pp{warn}"
 
 
 # --- measuring: held-out runs ----------------------------------------------------------------

@@ -9,19 +9,38 @@ keeps the gains it ranks) and returns the state after the trial, which policies.
 then routes on. A rule may return no verdict (None) only where the audit lacks what it reads (a
 ledger without a frozen go/no-go model or card): the walk then leaves the cell undetermined,
 never guessed; in an episode every input a rule reads is frozen at the start, so it always decides.
+
+Before any policy's rule, `acted_verdict` applies the trial's retention check at full length where
+the run froze an extrapolation model (`RetentionGuard`; policies.extrapolate.trial_retention): the
+trial's IFEval strict readings extrapolated to the full run, held to the guard. An extrapolated
+change below it makes the verdict every policy acts on Fail (it is the trial's own retention
+check, read at full length, not a policy's choice), with a reason naming the reading and the
+extrapolation; the rule still runs on a Fail (successive halving still ranks its gain). The loop's
+validate node and the audit's walk both call `acted_verdict`, never the two steps apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from experience_bank.records import Features, TrialCurve
+from experience_bank.records import ExtrapolatedRetention, Features, TrialCurve
 from policies import early_stop, halving, predictive
 from policies.authorize import EpisodeState, Verdict
 from policies.curves import CardFacts
+from policies.extrapolate import Fit, retention_reason, trial_retention
 from policies.gonogo import GoNoGo
+
+
+@dataclass(frozen=True)
+class RetentionGuard:
+    """The run's frozen extrapolation model and the guard its predictions are held to."""
+
+    fit: Fit
+    """The extrapolation model (runs/ID/extrapolation.json, its sha256 in the manifest)."""
+    drop_pp: float
+    """The IFEval guard: the run's frozen gate (GateConfig.ifeval_max_drop_pp, from RunConfig.gate_ifeval_drop_pp)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,8 @@ class TrialFacts:
     """The decision's compiled features (the record's S, A and grade)."""
     gonogo: GoNoGo | None = None
     """The run's frozen go/no-go model (bcit_predictive); None where none was frozen."""
+    retention: RetentionGuard | None = None
+    """The run's frozen extrapolation model with its guard; None where none was frozen."""
 
 
 class OwnVerdict(NamedTuple):
@@ -85,3 +106,21 @@ def policy_verdict(policy: str, facts: TrialFacts, state: EpisodeState) -> tuple
     the episode state after the trial)."""
     rule = TRIAL_RULES.get(policy)
     return rule(facts, state) if rule is not None else (OwnVerdict(facts.recorded, None), state)
+
+
+def acted_verdict(policy: str, facts: TrialFacts,
+                  state: EpisodeState) -> tuple[OwnVerdict, EpisodeState, ExtrapolatedRetention | None]:
+    """The verdict `policy` acts on after the trial's retention check at full length (where the run
+    froze an extrapolation model), the episode state after it, and the check (None: no model, or no
+    IFEval reading to extrapolate)."""
+    guard = facts.retention
+    if guard is None:
+        return (*policy_verdict(policy, facts, state), None)
+    if facts.card is None:  # the audit of a ledger without frozen records: which group, it cannot tell
+        return OwnVerdict(None, "extrapolated retention: no frozen card to choose the model's group"), state, None
+    check = trial_retention(guard.fit, facts.curve, facts.card, drop_pp=guard.drop_pp)
+    if check is None or check.safe:
+        return (*policy_verdict(policy, facts, state), check)
+    own, after = policy_verdict(policy, replace(facts, recorded="fail"), state)
+    why = f"extrapolated retention below the guard: {retention_reason(check)}"
+    return OwnVerdict("fail", why, own.contributions), after, check

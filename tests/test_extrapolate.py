@@ -195,3 +195,74 @@ def test_one_run_without_parent_scores_puts_the_whole_fit_on_the_control_footing
     assert f.groups[0].metrics["ifeval.prompt_strict"].growth_pp == -3.0  # full - effect, for every run
     rows = held_out(_hand_runs(parent=False), drop_pp=IFEVAL_DROP_PP, choice="offset")
     assert {r.metrics["ifeval.prompt_strict"].reading_pp - r.full_pp["ifeval.prompt_strict"] for r in rows} == {3.0}
+
+
+# --- the model frozen into a run (agent run --extrapolation-model) ----------------------------------
+
+
+def test_the_cli_saves_the_fit_it_reports_and_a_run_reads_it(tmp_path, capsys):
+    from agent.config import RunConfig  # noqa: PLC0415
+    from agent.run.extrapolation_model import read_model  # noqa: PLC0415
+    from policies.curves import CONTROL_FOOTING_WARNING  # noqa: PLC0415
+    from policies.extrapolate import loads  # noqa: PLC0415
+    saved = tmp_path / "fit.json"
+    assert main(["extrapolate", "--retrospective", str(V3), "--out", str(tmp_path / "x.md"), "--save", str(saved)]) == 0
+    assert "(control footing: fitted on control footing" in capsys.readouterr().out
+    fitted = loads(saved.read_text())
+    assert fitted == fit(paired_runs_json(V3)) and (fitted.footing, fitted.n_runs) == ("control", 24)
+    _, info = read_model(RunConfig(extrapolation_model=str(saved)))
+    assert (info.groups, info.trial_fraction, info.footing_warning) == (
+        ("grpo/*", "sft/*", "*/*"), 0.2, CONTROL_FOOTING_WARNING)
+    assert info.training_hash == fitted.training_hash and info.n_runs == 24
+
+
+def _listing(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--extrapolation-model", "missing.json"], "extrapolation model missing.json does not exist"),
+    (["--extrapolation-model", "bad.json"], "extrapolation model"),
+    (["--extrapolation-model", "tenth.json"], "fitted at trial fractions [0.1], the run's trials stop at 0.2"),
+])
+def test_a_missing_defective_or_mismatched_model_is_bad_input_and_writes_nothing(tmp_path, monkeypatch, capsys,
+                                                                                   extra, needle):
+    from support.extrapolation_fixture import fitted  # noqa: PLC0415
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text('{"groups": []}')
+    tenth = fitted().model_copy(update={"groups": tuple(g.model_copy(update={"trial_fraction": 0.1})
+                                                         for g in fitted().groups)})
+    (tmp_path / "tenth.json").write_text(tenth.model_dump_json())
+    before = _listing(tmp_path)
+    assert main(["run", "--out", "runs/ep-x", "--bank", "b.sqlite", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+    assert _listing(tmp_path) == before
+
+
+def test_the_manifest_freezes_the_model_and_a_changed_file_refuses_the_resume(tmp_path):
+    from agent.run.extrapolation_model import check_resume, frozen_guard  # noqa: PLC0415
+    from experience_bank.hashing import sha256_text  # noqa: PLC0415
+    from support import extrapolation_fixture  # noqa: PLC0415
+    from support.graph_fakes import make_ctx  # noqa: PLC0415
+    path = extrapolation_fixture.write_model(tmp_path / "fit.json")
+    ctx, _, bank = make_ctx(tmp_path / "run", policy="bcit", extrapolation_model=str(path))
+    bank.close()
+    info = ctx.manifest.extrapolation
+    assert info.sha256 == sha256_text(path.read_text()) == sha256_text(ctx.rundir.extrapolation_file.read_text())
+    assert (info.footing, info.footing_warning, info.groups) == ("parent", None, ("sft/*", "*/*"))
+    guard = frozen_guard(ctx.rundir, ctx.manifest)
+    assert guard.fit == extrapolation_fixture.fitted() and guard.drop_pp == ctx.manifest.gate.ifeval_max_drop_pp
+    check_resume(ctx.rundir, ctx.manifest)  # unchanged: fine
+    path.unlink()
+    check_resume(ctx.rundir, ctx.manifest)  # the user's file gone: the frozen copy decides
+    path.write_text(extrapolation_fixture.fitted().model_copy(update={"min_runs": 5}).model_dump_json())
+    with pytest.raises(BadInput, match="extrapolation model .* changed since run started"):
+        check_resume(ctx.rundir, ctx.manifest)
+    extrapolation_fixture.write_model(path)
+    ctx.rundir.extrapolation_file.write_text(ctx.rundir.extrapolation_file.read_text().replace('"min_runs":4', '"min_runs":5'))
+    with pytest.raises(BadInput, match="differs from the model the run froze"):
+        check_resume(ctx.rundir, ctx.manifest)
+    other, _, bank = make_ctx(tmp_path / "none", policy="bcit")
+    bank.close()
+    assert other.manifest.extrapolation is None and frozen_guard(other.rundir, other.manifest) is None

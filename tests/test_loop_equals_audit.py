@@ -6,7 +6,9 @@ real; fakes stand only at the world / trainer / evaluator boundary: the compiler
 and each trial's verdict are drawn by hypothesis, a training run writes a fake model.
 bcit_predictive reads a small go/no-go fitted by the real code on synthetic paired runs
 (support/gonogo_fixture.py), frozen into the run as `agent run` freezes it; the walk reads
-the run's frozen copy.
+the run's frozen copy. A run may also freeze a forgetting extrapolation (support/extrapolation_fixture.py):
+then, for every policy, a trial whose IFEval change extrapolated to full length breaks the guard is a
+Fail in the loop and in the walk alike (policies.trial_rules.acted_verdict).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.loop.episode import drive
+from agent.run.extrapolation_model import frozen_guard
 from agent.run.gonogo_model import frozen_model
 from policies import POLICIES
 from policies.audit import Cell, read_outcomes, walk
@@ -28,6 +31,7 @@ from policies.authorize import NEEDS_GONOGO
 from policies.curves import card_facts
 from policies.features import features_from_row
 from policies.trial_rules import TRIAL_RULES
+from support import extrapolation_fixture
 from support.gonogo_fixture import write_model
 from support.graph_fakes import FakePorts, make_ctx
 
@@ -49,9 +53,10 @@ def candidate(draw, i: int) -> dict:
 class DrawnPorts(FakePorts):
     """FakePorts whose features and trial verdicts are the drawn ones."""
 
-    def __init__(self, run_dir, rows, verdicts, gains, shapes=None):
+    def __init__(self, run_dir, rows, verdicts, gains, shapes=None, retention=None):
         super().__init__(run_dir)
         self.rows, self.verdicts, self.gains, self.shapes = rows, verdicts, gains, shapes or {}
+        self.retention = retention or {}
 
     def compile(self, entry, ctx):
         return features_from_row(self.rows[entry.record.card.id])
@@ -66,9 +71,12 @@ class DrawnPorts(FakePorts):
         # as f (linear) or f**0.3 (early) towards its 20 % reading
         shape, end = self.shapes.get(card.id), self.gains[card.id] * 0.2
         shares = (0.05, 0.10, 0.2) if shape else (0.2,)
-        curve = tuple(TrialPoint(fraction=f, step=max(1, round(f * 100)), retention_deltas={"ifeval.prompt_strict": 0.0},
+        # both IFEval strict readings: 0 on the way, the drawn one (default 0) at the trial's end
+        ifeval = lambda f: {m: self.retention.get(card.id, 0.0) if f == 0.2 else 0.0  # noqa: E731
+                            for m in ("ifeval.prompt_strict", "ifeval.inst_strict")}
+        curve = tuple(TrialPoint(fraction=f, step=max(1, round(f * 100)), retention_deltas=ifeval(f),
                                  delta_val=end * (f / 0.2) ** (1.0 if shape == "linear" else 0.3)) for f in shares)
-        return TrialResult(verdict=self.verdicts[card.id], delta_val=end, retention_deltas={"ifeval.prompt_strict": 0.0},
+        return TrialResult(verdict=self.verdicts[card.id], delta_val=end, retention_deltas=ifeval(0.2),
                            reasons=("drawn",), train=run, curve=curve)
 
     def train(self, card, parent_dir, out_dir, run_key, resume_from):
@@ -76,14 +84,16 @@ class DrawnPorts(FakePorts):
 
 
 def _run(run_dir: Path, policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict,
-         shapes: dict | None = None):
+         shapes: dict | None = None, retention: dict | None = None):
     """Drive one episode in `run_dir`: (events, outcome cells by decision hash, policy config, cells
-    as the audit builds them, the run's frozen go/no-go)."""
+    as the audit builds them, the run's frozen go/no-go, its frozen retention guard). `retention`:
+    each card's IFEval readings at 20 %; given, the run freezes the extrapolation fixture."""
     cards = tuple(r["id"] for r in rows)
-    ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes)
+    ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes, retention)
     model = str(write_model(run_dir / "model.json")) if policy in NEEDS_GONOGO else None
+    fit = str(extrapolation_fixture.write_model(run_dir / "fit.json")) if retention is not None else None
     ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
-                                  max_rejections=len(rows) + 1, gonogo_model=model)
+                                  max_rejections=len(rows) + 1, gonogo_model=model, extrapolation_model=fit)
     try:
         drive(ctx, initial, run_dir / "checkpoints.sqlite")
         events = bank.events("E-fake")
@@ -93,14 +103,17 @@ def _run(run_dir: Path, policy: str, lease: int, rows: list[dict], verdicts: dic
     facts = {e.record.card.id: card_facts(e.record.card) for e in ctx.entries.values()}
     cells = [Cell(e.candidate_id, "E-fake", e.decision.features, e.decision.features, e.decision.features.nu,
                   outcomes.get(e.decision.decision_hash), facts[e.candidate_id]) for e in events]
-    return events, outcomes, ctx.manifest.policy.config, cells, frozen_model(ctx.rundir, ctx.manifest)
+    return (events, outcomes, ctx.manifest.policy.config, cells, frozen_model(ctx.rundir, ctx.manifest),
+            frozen_guard(ctx.rundir, ctx.manifest))
 
 
-def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict, shapes: dict | None = None):
-    """(events, outcome cells, policy config, cells as the audit builds them, the run's frozen go/no-go)."""
+def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict, shapes: dict | None = None,
+             retention: dict | None = None):
+    """(events, outcome cells, policy config, cells as the audit builds them, the run's frozen go/no-go
+    and retention guard)."""
     run_dir = Path(tempfile.mkdtemp(prefix="loop-audit-"))
     try:
-        return _run(run_dir, policy, lease, rows, verdicts, gains, shapes)
+        return _run(run_dir, policy, lease, rows, verdicts, gains, shapes, retention)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -126,10 +139,14 @@ def _loop_equals_walk(policy: str, lease: int, data, n, gain) -> None:
     verdicts = {r["id"]: data.draw(st.sampled_from(["pass", "fail", "inconclusive"])) for r in rows}
     gains = {r["id"]: data.draw(gain) for r in rows}
     shapes = {r["id"]: data.draw(st.sampled_from([None, "linear", "early"])) for r in rows}
-    events, _, config, cells, model = _episode(policy, lease, rows, verdicts, gains, shapes)
+    # with an extrapolation model (growth -3 pp), a 20 % reading of 0 breaks the -2 pp guard at full length, 2.5 not
+    retention = ({r["id"]: data.draw(st.sampled_from([0.0, 2.5])) for r in rows}
+                 if data.draw(st.booleans(), label="extrapolation model") else None)
+    events, _, config, cells, model, guard = _episode(policy, lease, rows, verdicts, gains, shapes, retention)
     assert [e.candidate_id for e in events] == [r["id"] for r in rows]  # every candidate was decided
+    assert (guard is None) == (retention is None)
 
-    walked = walk(cells, policy, config, gonogo=model)
+    walked = walk(cells, policy, config, gonogo=model, retention=guard)
     assert [(e.action, e.decision.rule) for e in events] == [(w["action"], w["rule"]) for w in walked]
     # after the trial: what the walk authorizes is exactly what the loop trained
     for e, w in zip(events, walked):
@@ -155,7 +172,7 @@ def test_early_stop_extrapolation_acts_on_the_curve_and_records_the_trials_own_v
              "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
             for i in range(3)]
     gains = {"S00": 4.0, "S01": 0.0, "S02": 4.0}
-    events, _, config, cells, _ = _episode("early_stop_extrapolation", 0, rows, {r["id"]: "pass" for r in rows}, gains,
+    events, _, config, cells, _, _ = _episode("early_stop_extrapolation", 0, rows, {r["id"]: "pass" for r in rows}, gains,
                                            {"S00": "early", "S01": "linear", "S02": None})
     assert [e.trial_verdict for e in events] == ["pass"] * 3
     assert [e.full_run for e in events] == ["ran", "not_authorized", "not_authorized"]
@@ -175,7 +192,7 @@ def test_successive_halving_continues_the_top_fifth_in_the_loop_and_in_the_audit
             for i in range(8)]
     gains = dict(zip((r["id"] for r in rows), (15.0, 5.0, 20.0, 5.0, 25.0, 45.0, 10.0, 30.0)))
     verdicts = {r["id"]: "pass" for r in rows} | {"S02": "inconclusive", "S05": "fail"}
-    events, _, config, cells, _ = _run(tmp_path, "successive_halving", 0, rows, verdicts, gains)
+    events, _, config, cells, _, _ = _run(tmp_path, "successive_halving", 0, rows, verdicts, gains)
     assert [e.action for e in events] == ["validate"] * 8
     assert [e.trial_verdict for e in events] == [verdicts[r["id"]] for r in rows]  # the trial's own
     ran = [e.candidate_id for e in events if e.full_run == "ran"]
@@ -198,7 +215,7 @@ def test_bcit_predictive_acts_on_the_go_no_go_and_the_audit_recomputes_it():
     rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
              "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
             for i in range(3)]
-    events, _, config, cells, model = _episode("bcit_predictive", 0, rows, {"S00": "pass", "S01": "pass", "S02": "fail"},
+    events, _, config, cells, model, _ = _episode("bcit_predictive", 0, rows, {"S00": "pass", "S01": "pass", "S02": "fail"},
                                                {"S00": 4.0, "S01": -3.0, "S02": 4.0},
                                                {"S00": "linear", "S01": "linear", "S02": "linear"})
     assert [e.decision.rule for e in events] == ["bcit_predictive.validate"] * 3
@@ -210,3 +227,42 @@ def test_bcit_predictive_acts_on_the_go_no_go_and_the_audit_recomputes_it():
     assert [w["authorized"] for w in walk(cells, "bcit_predictive", config, gonogo=model)] == [True, False, False]
     # without the frozen model the audit cannot tell: undetermined, never guessed
     assert [w["authorized"] for w in walk(cells, "bcit_predictive", config)] == [None, None, None]
+
+
+def test_the_extrapolated_retention_fails_a_passing_trial_in_the_loop_and_in_the_audit(tmp_path):
+    """Two candidates validate_all validates, both trials a Pass at 20 %, under the extrapolation
+    fixture (full length = 20 % reading - 3 pp). S00 reads 0 at 20 %: -3 at full length, below the
+    -2 pp guard, so the verdict acted on is Fail though the trial passed; S01 reads 2.5: -0.5, it goes
+    on. Under early stop, whose own rule would pass a 4 pp curve, a reading of 0 is a Fail as well.
+    The event keeps the trial's own Pass beside both numbers; the walk over the frozen model agrees,
+    and without it the walk would have trained every one."""
+    rows = [{"id": f"S{i:02d}", "grade": "B", "is_new": False, "delta_src": 6.0, "kappa": 10.0, "family": 1.0,
+             "data": 1.0, "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
+            for i in range(2)]
+    events, _, config, cells, _, guard = _run(tmp_path, "validate_all", 0, rows, {"S00": "pass", "S01": "pass"},
+                                              {"S00": 4.0, "S01": 4.0}, retention={"S00": 0.0, "S01": 2.5})
+    assert [e.trial_verdict for e in events] == ["pass", "pass"]  # the trial's own
+    assert [e.full_run for e in events] == ["not_authorized", "ran"]
+    x = [e.trial_retention_extrapolated for e in events]
+    assert [(v.reading_pp["ifeval.prompt_strict"], v.predicted_pp["ifeval.inst_strict"], v.safe) for v in x] == [
+        (0.0, -3.0, False), (2.5, -0.5, True)]
+    # the fixture holds sft runs without an adapter kind: the card's (sft, adapter) group falls back to sft/*
+    assert (x[0].group, x[0].footing, x[0].drop_pp, guard.drop_pp) == ("sft/*", "parent", 2.0, 2.0)
+    assert "has fewer than 4 runs" in x[0].fallback
+    assert ("IFEval prompt strict +0.0 pp at 20 %, extrapolated -3.0 pp at full length [-3.0, -3.0]"
+            in events[0].reason and "guard -2 pp" in events[0].reason)
+    assert [w["authorized"] for w in walk(cells, "validate_all", config, retention=guard)] == [False, True]
+    assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [True, True]
+    report = (tmp_path / "report.md").read_text()
+    assert "IFEval prompt at full length pp [95 %]" in report and "-3.00 [-3.00, -3.00]" in report
+    # an event without the check keeps its bytes: the field is omitted, not null
+    assert "trial_retention_extrapolated" not in events[0].model_copy(
+        update={"trial_retention_extrapolated": None}).model_dump_json()
+
+    early = tmp_path / "early"
+    early.mkdir()
+    events, _, config, cells, _, guard = _run(early, "early_stop_extrapolation", 0, rows[:1], {"S00": "pass"},
+                                              {"S00": 4.0}, {"S00": "linear"}, retention={"S00": 0.0})
+    assert (events[0].trial_verdict, events[0].full_run) == ("pass", "not_authorized")
+    assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config, retention=guard)] == [False]
+    assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config)] == [True]

@@ -183,10 +183,20 @@ def _frozen_gonogo(path: str):
     return frozen_model(rd, rd.manifest()) if Path(path).is_dir() and rd.started() else None
 
 
+def _frozen_retention(path: str):
+    """The extrapolation model an episode directory froze, with its frozen IFEval guard, else None:
+    the audit applies the trial's retention check at full length from this copy, as the loop did."""
+    from agent.run.extrapolation_model import frozen_guard  # noqa: PLC0415 (scipy)
+    from agent.run.rundir import RunDir  # noqa: PLC0415 (pydantic records)
+
+    rd = RunDir(Path(path))
+    return frozen_guard(rd, rd.manifest()) if Path(path).is_dir() and rd.started() else None
+
+
 def cmd_audit(args) -> int:
     from policies.audit import audit  # noqa: PLC0415 (numpy)
     _check_ledger_files(args.path)
-    report = audit(args.path, _adoption_thresholds(args.path), _frozen_gonogo(args.path))
+    report = audit(args.path, _adoption_thresholds(args.path), _frozen_gonogo(args.path), _frozen_retention(args.path))
     if args.json:
         print(json.dumps(report, indent=1))
     else:

@@ -77,6 +77,9 @@ def register(sub) -> None:
                    help="fewest runs a (method, adapter) group is fitted on (default policies.extrapolate.MIN_RUNS)")
     x.add_argument("--model", choices=("auto", "offset", "power"), default="auto",
                    help="growth model: auto (per group, the smaller leave-one-out error; default), offset or power")
+    x.add_argument("--save", default=None, metavar="JSON",
+                   help="also write the fit on every run to this file: `agent run --extrapolation-model JSON` "
+                        "applies it to the trial's retention check")
     x.set_defaults(func=cmd_extrapolate)
 
 
@@ -179,9 +182,11 @@ def cmd_compare(args) -> int:
         parse_budget(args.episode_budget)  # BadInput before any episode starts
 
     cfg = build_config(args.config)
+    from agent.run import extrapolation_model  # noqa: PLC0415 (scipy)
     from agent.run.gonogo_model import read_model  # noqa: PLC0415 (scikit-learn)
     for policy in policies:  # bcit_predictive's go/no-go: before any episode starts
         read_model(cfg.model_copy(update={"policy": policy}))
+    extrapolation_model.read_model(cfg)  # and the trials' extrapolation, where the config names one
     world_seeds = _world_seeds(args.world_seeds)
     for ws in world_seeds or [cfg.world_seed]:
         check_cached_world(cfg.model_copy(update={"world_seed": ws}))
@@ -242,6 +247,8 @@ def cmd_extrapolate(args) -> int:
 
     if Path(args.out).suffix != ".md":
         raise BadInput(f"--out {args.out}: the report is Markdown (its JSON goes beside it); pass a path ending in .md")
+    if args.save and Path(args.save).suffix != ".json":
+        raise BadInput(f"--save {args.save}: the model is JSON; pass a path ending in .json")
     fitted, reports = measure(args.retrospective, min_runs=MIN_RUNS if args.min_runs is None else args.min_runs,
                               choice=args.model)
     command = "agent extrapolate " + " ".join(f"--retrospective {shlex.quote(s)}" for s in args.retrospective)
@@ -249,6 +256,11 @@ def cmd_extrapolate(args) -> int:
     command += f" --model {args.model}" if args.model != "auto" else ""
     path = write(Path(args.out), args.retrospective, fitted, reports, command)
     print(f"wrote {args.out} and {path}")
+    if args.save:
+        from policies.extrapolate import dumps  # noqa: PLC0415
+        write_atomic(Path(args.save), dumps(fitted))
+        print(f"wrote the extrapolation model {args.save} ({fitted.footing} footing"
+              + (f": {fitted.footing_note})" if fitted.footing_note else ")"))
     for rep in reports:
         for metric, by in rep.errors.items():
             s = by["all"]

@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--policy", help="authorization policy (default bcit)")
     p.add_argument("--gonogo-model", dest="gonogo_model", metavar="JSON",
                    help="fitted go/no-go (agent gonogo SOURCES --model OUT.json): bcit_predictive's trial rule")
+    p.add_argument("--extrapolation-model", dest="extrapolation_model", metavar="JSON",
+                   help="fitted forgetting extrapolation (agent extrapolate ... --save OUT.json): the trial's "
+                        "retention check reads the extrapolated full-length change, for every policy")
     p.add_argument("--seed", type=int, help="run seed")
     p.add_argument("--world-seed", dest="world_seed", type=int,
                    help="seed of the embedded world (default 0): another draw of the same recipe")

@@ -22,6 +22,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from agent.config import RunConfig
 from agent.loop.graph import build_graph
 from agent.run.audit import RunAudit
+from agent.run import extrapolation_model
 from agent.run.gonogo_model import check_resume, freeze_copy, read_model
 from agent.run.checkpoints import strict_serde
 from agent.run.killpoints import kill_point
@@ -118,6 +119,7 @@ def check_inputs(cfg: RunConfig) -> float:
         read_folder(cfg.cards)
     check_launch(cfg.launcher, cfg.deepspeed_config)
     read_model(cfg)  # bcit_predictive's go/no-go: given, readable, a model
+    extrapolation_model.read_model(cfg)  # the trial's forgetting extrapolation, where given: readable, a fit
     bank = Path(cfg.bank)
     check_bank_file(bank)  # before Bank.open, which would migrate a stray file into a bank
     if bank.exists():
@@ -173,6 +175,7 @@ def _run(cfg: RunConfig, resume: str | None, say, run_dir: RunDir, budget_h, man
                            "its world was built, or start a new run")
         else:
             check_resume(run_dir, manifest)  # the go/no-go the run froze, unchanged
+            extrapolation_model.check_resume(run_dir, manifest)  # and its extrapolation
         ctx = _context(cfg, run_dir, manifest, world, bank, say)
         bank.start_episode(ctx.episode_id, manifest.manifest_hash, manifest.library_version)
         initial = {"episode_id": ctx.episode_id, "manifest_hash": manifest.manifest_hash, "cursor": 0, "seq": 0,
@@ -216,20 +219,23 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
                             n=cfg.target_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                             sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.target_n})
-    model = read_model(cfg)
+    model, extrapolation = read_model(cfg), extrapolation_model.read_model(cfg)
     manifest = build_manifest(
         episode_id=run_dir.episode_id, config=cfg, budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),
         world=WorldId(size=world.size, seed=world.seed, recipe_sha256=world.recipe_sha256,
                       chat_template_sha256=world.chat_template_sha256),
         library_version=version, candidate_hashes=hashes, evaluators=evaluators, datasets=dict(world.datasets),
-        allowlist=_allowlist(world, bank).manifest(), gonogo=model[1] if model else None)
+        allowlist=_allowlist(world, bank).manifest(), gonogo=model[1] if model else None,
+        extrapolation=extrapolation[1] if extrapolation else None)
     cards = read_folder(cfg.cards, library_cards(bank.library_records(version))) if cfg.cards is not None else None
     run_dir.path.mkdir(parents=True, exist_ok=True)
     if cards is not None:  # frozen before the manifest: a started run always has its cards
         freeze(run_dir, cards)
     if model is not None:  # and its go/no-go model
         freeze_copy(run_dir, model[0])
+    if extrapolation is not None:  # and its extrapolation model
+        extrapolation_model.freeze_copy(run_dir, extrapolation[0])
     run_dir.freeze(manifest)
     init_parent(run_dir.path, world.base_dir, world.model.sha256)
     return manifest

@@ -9,7 +9,7 @@ was running. So a node that has an effect keys it by (episode, decision hash):
 - the trainer is idempotent on its run key `<episode>:<decision hash>:<role>`.
 
 The rules are not here: routing, the quota and the lease are policies' (`authorize`,
-`next_state`, `after_trial`, and a policy's own trial verdict `policy_verdict`), budget
+`next_state`, `after_trial`, and the trial verdict a policy acts on `acted_verdict`), budget
 arithmetic is the ledger's (trainers/ledger.py), a trial's measurement and verdict are
 trainers.trial's, the adoption rule is policies.gate's.
 """
@@ -28,18 +28,19 @@ from experience_bank import files
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard, Decision, Event, Features, parse_model
+from experience_bank.records import CandidateCard, Decision, Event, ExtrapolatedRetention, Features, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from policies.curves import card_facts
 from policies.gate import trial_paired_se
-from policies.trial_rules import OwnVerdict, TrialFacts, policy_verdict
+from policies.trial_rules import OwnVerdict, TrialFacts, acted_verdict
 from trainers.steps import TrialRefused, curve_steps
 from trainers.trial import Reading, measurement
 from agent.loop.approval import hold
 from agent.loop.state import Ctx, State
 from agent.run.approvals import why
+from agent.run.extrapolation_model import frozen_guard
 from agent.run.gonogo_model import frozen_model
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
@@ -230,21 +231,23 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
-    own, episode = _own_verdict(ctx, card, _decision(ctx, state).features, result, _episode_state(state))
+    own, episode, _ = _own_verdict(ctx, card, _decision(ctx, state).features, result, _episode_state(state))
     return _after_verdict(ctx, episode, own.verdict, own.reason or "; ".join(result.reasons) or result.verdict)
 
 
 def _own_verdict(ctx: Ctx, card: CandidateCard, features: Features, trial: TrialResult,
-                 episode: EpisodeState) -> tuple[OwnVerdict, EpisodeState]:
-    """The verdict the run's policy acts on and the episode state after it (policies.trial_rules;
-    the audit's walk calls the same), from the trial and the run's frozen inputs: the gate's
-    threshold and the go/no-go model's copy."""
+                 episode: EpisodeState) -> tuple[OwnVerdict, EpisodeState, ExtrapolatedRetention | None]:
+    """The verdict the run's policy acts on, the episode state after it and the trial's extrapolated
+    retention check (policies.trial_rules.acted_verdict; the audit's walk calls the same), from the
+    trial and the run's frozen inputs: the gate's threshold and guard, the go/no-go model's copy and
+    the extrapolation model's copy."""
     facts = TrialFacts(trial.verdict, trial.curve_table(), ctx.manifest.gate.min_gain_pp[card.family],
-                       trial.delta_val, card_facts(card), features, frozen_model(ctx.rundir, ctx.manifest))
-    own, after = policy_verdict(ctx.manifest.policy.name, facts, episode)
+                       trial.delta_val, card_facts(card), features, frozen_model(ctx.rundir, ctx.manifest),
+                       frozen_guard(ctx.rundir, ctx.manifest))
+    own, after, check = acted_verdict(ctx.manifest.policy.name, facts, episode)
     if own.verdict is None:  # only where the manifest froze no model for a policy that reads one
         raise BadInput(f"{ctx.rundir.path}: {own.reason}; start a new run with --gonogo-model")
-    return own, after
+    return own, after, check
 
 
 def _decision(ctx: Ctx, state: State) -> Decision:
@@ -345,12 +348,13 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
     keys, out, artefacts = trial_keys + [f"{dh}:train"], {}, []
     if trial:
         artefacts.append(trial.train.checkpoint)
+        # a learned rule's contributions and the extrapolated retention depend on the trial and the frozen
+        # models, not on the episode state, so a fresh state gives the ones the verdict was decided with
+        own, _, extrapolated = _own_verdict(ctx, card, decision.features, trial, EpisodeState())
         out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
                                                                     trial.retention_deltas.items()},
                 "trial_curve": trial.curve_table(), "trial_verdict": trial.verdict,
-                # a learned rule's contributions depend on the trial and the frozen model, not on the
-                # episode state, so a fresh state gives the ones the verdict was decided with
-                "trial_contributions": _own_verdict(ctx, card, decision.features, trial, EpisodeState())[0].contributions}
+                "trial_contributions": own.contributions, "trial_retention_extrapolated": extrapolated}
     if run:
         artefacts.append(run.checkpoint)
     metrics: dict[str, float] = {}

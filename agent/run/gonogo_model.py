@@ -11,10 +11,9 @@ or a user's file that changed before a resume, is refused with BadInput.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agent.config import RunConfig
 from agent.inputs import read_text
+from agent.run.frozen_file import check_source, frozen_text
 from agent.run.manifest import GoNoGoInfo, Manifest
 from agent.run.rundir import RunDir
 from experience_bank.errors import BadInput
@@ -55,12 +54,7 @@ def frozen_model(rundir: RunDir, manifest: Manifest) -> gonogo.GoNoGo | None:
     info = manifest.gonogo
     if info is None:
         return None
-    path = rundir.gonogo_file
-    text = read_text(path, "frozen go/no-go model") if path.is_file() else None
-    if text is None or sha256_text(text) != info.sha256:
-        raise BadInput(f"{path} is missing or differs from the model the run froze (sha256 {info.sha256[:12]}): "
-                       f"restore it (a copy of {info.source} as it was), or start a new run")
-    return gonogo.loads(text)
+    return gonogo.loads(frozen_text(rundir.gonogo_file, info.sha256, info.source, "go/no-go model"))
 
 
 def check_resume(rundir: RunDir, manifest: Manifest) -> None:
@@ -68,10 +62,5 @@ def check_resume(rundir: RunDir, manifest: Manifest) -> None:
     model the run froze (a refit file would otherwise be silently ignored)."""
     frozen_model(rundir, manifest)
     info = manifest.gonogo
-    if info is None or not Path(info.source).is_file():
-        return
-    now = sha256_text(read_text(info.source, "go/no-go model"))
-    if now != info.sha256:
-        raise BadInput(f"the go/no-go model {info.source} changed since {rundir.episode_id} started (sha256 {now[:12]}, "
-                       f"frozen {info.sha256[:12]}): the run decides with its frozen copy {rundir.gonogo_file}; "
-                       "restore the file to resume, or start a new run to use the new model")
+    if info is not None:
+        check_source(info.source, info.sha256, rundir.gonogo_file, rundir.episode_id, "go/no-go model")

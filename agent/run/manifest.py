@@ -93,6 +93,29 @@ class GoNoGoInfo(Frozen):
     uses the model (the published world-v3 model has only the control footing), and says so."""
 
 
+class ExtrapolationInfo(Frozen):
+    """The fitted forgetting extrapolation the trial's retention check reads (policies/extrapolate.py),
+    frozen: the run reads its copy at runs/ID/extrapolation.json, whose sha256 must be this one
+    (agent/run/extrapolation_model.py)."""
+
+    sha256: Sha256
+    """sha256 of the model file's bytes (the frozen copy's and, on resume, the user's file's)."""
+    source: str
+    """The path it was read from at the start (the run config's extrapolation_model)."""
+    training_hash: str | None
+    """content_hash of the paired runs it was fitted on (None: a fit from before it was recorded)."""
+    n_runs: int | None
+    """Paired runs it was fitted on."""
+    groups: tuple[str, ...]
+    """Its fitted groups, `method/adapter` (`*`: any), most specific first."""
+    trial_fraction: float
+    """The trials' share its groups were fitted at (the run's trial fraction)."""
+    footing: Footing
+    """What its short readings were read against (`parent`: as the loop's trial reads them)."""
+    footing_warning: str | None = None
+    """policies.curves.CONTROL_FOOTING_WARNING where `footing` is not the loop's, else None."""
+
+
 class TrialInfo(Frozen):
     """The bounded validation trial (docs/AUTHORIZER.md §5)."""
 
@@ -199,13 +222,17 @@ class Manifest(Frozen):
     gonogo: GoNoGoInfo | None = None
     """The go/no-go model bcit_predictive decides trials with; None for every other policy (and in
     manifests from before it existed)."""
+    extrapolation: ExtrapolationInfo | None = None
+    """The extrapolation model the trial's retention check reads; None where the run has none (and in
+    manifests from before it existed)."""
     manifest_hash: Sha256
     """Content hash of every other field."""
 
 
 def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initial: ModelAt, world: WorldId,
                    library_version: int, candidate_hashes: list[str], evaluators: Evaluators,
-                   datasets: dict[str, str], allowlist: dict[str, Any], gonogo: GoNoGoInfo | None = None) -> Manifest:
+                   datasets: dict[str, str], allowlist: dict[str, Any], gonogo: GoNoGoInfo | None = None,
+                   extrapolation: ExtrapolationInfo | None = None) -> Manifest:
     """The manifest of a new episode from its RunConfig values; `manifest_hash` over the rest."""
     c = config.model_dump(mode="json")
     body = {
@@ -225,6 +252,7 @@ def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initi
         "torch_threads": c["torch_threads"], "launcher": c["launcher"],
         "proposer": {"kind": c["proposer"], "base_url": c["base_url"], "model": c["model"], "allowlist": allowlist},
         "gonogo": gonogo.model_dump(mode="json") if gonogo is not None else None,
+        "extrapolation": extrapolation.model_dump(mode="json") if extrapolation is not None else None,
     }
     draft = parse_model(Manifest, canonical_json(body | {"manifest_hash": "0" * 64}), "manifest")
     return draft.model_copy(update={"manifest_hash": _hash(draft)})

@@ -17,6 +17,8 @@
     runs/ID/run.lock                 held by the live process that runs the episode (agent/run/runlock.py)
     runs/ID/user_cards.json          the user's imported cards, frozen when the episode starts (agent/world/usercards)
     runs/ID/gonogo.json              bcit_predictive's go/no-go model, frozen when the episode starts (agent/run/gonogo_model.py)
+    runs/ID/extrapolation.json       the trial's forgetting extrapolation, frozen when the episode starts
+                                     (agent/run/extrapolation_model.py)
     runs/ID/approval_pending.json    what waits for a person's approval (agent/run/approvals.py)
     runs/ID/approvals.jsonl          the hash-chained answers (agent/run/approvals.py)
 
@@ -92,6 +94,10 @@ class RunDir:
     @property
     def gonogo_file(self) -> Path:
         return self.path / "gonogo.json"
+
+    @property
+    def extrapolation_file(self) -> Path:
+        return self.path / "extrapolation.json"
 
     @property
     def approval_pending_file(self) -> Path:

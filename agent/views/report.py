@@ -95,10 +95,38 @@ TRIAL_HEADER = ["candidate", "verdict", "trial Δval pp", "paired SE pp", "IFEva
                 "IFEval paired SE pp", "full Δadoption pp"]
 
 
+EXTRAPOLATED_HEADER = ["IFEval prompt at full length pp [95 %]", "IFEval inst at full length pp [95 %]",
+                       "extrapolation group", "within guard at full length"]
+"""The columns a run with an extrapolation model adds: the trial's IFEval changes extrapolated to full
+length (Event.trial_retention_extrapolated) beside its raw readings."""
+
+
+def _extrapolated(x: Any, metric: str) -> str:
+    lo, hi = x.interval_pp[metric]
+    return f"{x.predicted_pp[metric]:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def _extrapolation_note(rd: RunDir, manifest: Any) -> str:
+    """What the extrapolated columns are, where the run froze an extrapolation model."""
+    x = manifest.extrapolation
+    if x is None:
+        return ""
+    warn = f" Warning: {x.footing_warning}." if x.footing_warning else ""
+    return (f" The trial's retention check held each IFEval change extrapolated to full length by the frozen model "
+            f"({rd.extrapolation_file.name}, sha256 {x.sha256[:12]}) to the guard, -{manifest.gate.ifeval_max_drop_pp:g} "
+            "pp: below it the verdict acted on was Fail, whatever the trial's own verdict (shown here)." + warn)
+
+
+def trial_header(events: list[Event]) -> list[str]:
+    """TRIAL_HEADER, and the extrapolated columns where a trial carries its extrapolated retention."""
+    return TRIAL_HEADER + (EXTRAPOLATED_HEADER if any(e.trial_retention_extrapolated for e in events) else [])
+
+
 def trial_rows(rd: RunDir, gate: Any, events: list[Event]) -> list[list[Any]]:
     """Every trial that ran: its verdict (a single run's) and deltas with their paired SE (the trial
-    record's, policies.gate.trial_paired_se), beside the full run's adoption delta where one ran."""
-    rows = []
+    record's, policies.gate.trial_paired_se), beside the full run's adoption delta where one ran, and,
+    in a run with an extrapolation model, the IFEval changes extrapolated to full length."""
+    rows, extrapolated = [], len(trial_header(events)) > len(TRIAL_HEADER)
     for e in events:
         t = rd.trial(e.decision.decision_hash)
         if t is None:
@@ -107,6 +135,11 @@ def trial_rows(rd: RunDir, gate: Any, events: list[Event]) -> list[list[Any]]:
         rows.append([e.candidate_id, t.verdict, t.delta_val, t.paired_se_pp.get("target"),
                      ret(gate.ifeval_prompt_metric), ret(gate.ifeval_instruction_metric),
                      t.paired_se_pp.get(gate.ifeval_suite), e.fidelity["full_delta_adoption"] if e.fidelity else None])
+        if extrapolated:
+            x = e.trial_retention_extrapolated
+            rows[-1] += ([_extrapolated(x, "ifeval.prompt_strict"), _extrapolated(x, "ifeval.inst_strict"),
+                          x.group + (" (fallback)" if x.fallback else ""), "yes" if x.safe else "no"]
+                         if x else [None] * len(EXTRAPOLATED_HEADER))
     return rows
 
 
@@ -249,8 +282,9 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
     trials = trial_rows(rd, manifest.gate, events)
     out.append(Section("Trial fidelity (every trial, and the full run where one ran)", [
         "Each verdict is one run's; its paired SE (by item id, as beside the gate's checks) says how far one "
-        "run's delta can be trusted: the target against the current parent, IFEval against the initial parent.",
-        Table(TRIAL_HEADER, trials, id="trials") if trials else "(no trial ran)"]))
+        "run's delta can be trusted: the target against the current parent, IFEval against the initial parent."
+        + _extrapolation_note(rd, manifest),
+        Table(trial_header(events), trials, id="trials") if trials else "(no trial ran)"]))
     if why := gonogo_rows(events):
         out.append(Section("Go/no-go: why each trial went on or stopped (bcit_predictive)", [
             f"The frozen model ({rd.gonogo_file.name}, sha256 {manifest.gonogo.sha256[:12] if manifest.gonogo else '?'}) "

@@ -206,8 +206,10 @@ def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
 
 def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
              fallback_lease: int = 1, cards=tuple(PLAN), ports=None, approve: str | None = None,
-             gonogo_model: str | None = None):
-    """`gonogo_model`: a go/no-go file, frozen into the run as agent run freezes it (bcit_predictive)."""
+             gonogo_model: str | None = None, extrapolation_model: str | None = None):
+    """`gonogo_model`: a go/no-go file, frozen into the run as agent run freezes it (bcit_predictive);
+    `extrapolation_model`: an extrapolation file, frozen likewise (any policy)."""
+    from agent.run import extrapolation_model as extrapolation
     from agent.config import RunConfig
     from agent.run.audit import RunAudit
     from agent.run.gonogo_model import freeze_copy, read_model
@@ -223,17 +225,21 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
     base_sha = _write_model(str(base), 40.0)
     if not rd.started():  # a resumed episode reads the manifest it froze, never the bank's head
         cfg = RunConfig(policy=policy, bank=str(run_dir / "bank.sqlite"), world="test", fallback_lease=fallback_lease,
-                        max_consecutive_rejections=max_rejections, approve=approve, gonogo_model=gonogo_model)
-        model = read_model(cfg)
+                        max_consecutive_rejections=max_rejections, approve=approve, gonogo_model=gonogo_model,
+                        extrapolation_model=extrapolation_model)
+        model, fit = read_model(cfg), extrapolation.read_model(cfg)
         if model is not None:
             freeze_copy(rd, model[0])
+        if fit is not None:
+            extrapolation.freeze_copy(rd, fit[0])
         rd.freeze(build_manifest(
             episode_id="E-fake", config=cfg, budget_h=budget_h,
             initial=ModelAt(dir=str(base), sha256=base_sha),
             world=WorldId(size="test", recipe_sha256=bf.sha("recipe"), chat_template_sha256=bf.sha("tpl")),
             library_version=bank.current_library_version(), candidate_hashes=[], evaluators=Evaluators(
                 suites=("sql/target", "ifeval"), eval_protocol="fake-eval", backend="transformers", n=1, batch_size=1,
-                seed=0), datasets={}, allowlist={}, gonogo=model[1] if model else None))
+                seed=0), datasets={}, allowlist={}, gonogo=model[1] if model else None,
+            extrapolation=fit[1] if fit else None))
     manifest = rd.manifest()
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
     episode_id = "E-fake"
