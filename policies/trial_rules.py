@@ -122,5 +122,5 @@ def acted_verdict(policy: str, facts: TrialFacts,
     if check is None or check.safe:
         return (*policy_verdict(policy, facts, state), check)
     own, after = policy_verdict(policy, replace(facts, recorded="fail"), state)
-    why = f"extrapolated retention below the guard: {retention_reason(check)}"
+    why = f"extrapolated retention below the guard: {retention_reason(check)}" + (f"; {own.reason}" if own.reason else "")
     return OwnVerdict("fail", why, own.contributions), after, check

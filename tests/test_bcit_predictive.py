@@ -187,3 +187,12 @@ def test_compare_refuses_bcit_predictive_without_a_model_before_any_episode(tmp_
     monkeypatch.chdir(tmp_path)
     assert main(["compare", "--policies", "bcit,bcit_predictive", "--seeds", "2", "--out", "c"]) == 2
     assert "agent gonogo SOURCES --model OUT.json" in capsys.readouterr().err and not (tmp_path / "c").exists()
+
+
+def test_a_model_fitted_on_the_parent_footing_is_frozen_without_a_warning(tmp_path, model):
+    from agent.config import RunConfig  # noqa: PLC0415
+    from agent.run.gonogo_model import read_model  # noqa: PLC0415
+    path = tmp_path / "parent.json"
+    path.write_text(gonogo.dumps(model.model_copy(update={"footing": "parent"})))
+    _, info = read_model(RunConfig(policy="bcit_predictive", gonogo_model=str(path)))
+    assert (info.footing, info.footing_warning) == ("parent", None)

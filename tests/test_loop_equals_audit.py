@@ -253,6 +253,9 @@ def test_the_extrapolated_retention_fails_a_passing_trial_in_the_loop_and_in_the
             in events[0].reason and "guard -2 pp" in events[0].reason)
     assert [w["authorized"] for w in walk(cells, "validate_all", config, retention=guard)] == [False, True]
     assert [w["authorized"] for w in walk(cells, "validate_all", config)] == [True, True]
+    # `agent audit RUN_DIR` reads the run's frozen copy and its guard, as the loop did
+    from agent.cli.decide import _frozen_retention  # noqa: PLC0415
+    assert _frozen_retention(str(tmp_path)) == guard
     report = (tmp_path / "report.md").read_text()
     assert "IFEval prompt at full length pp [95 %]" in report and "-3.00 [-3.00, -3.00]" in report
     # an event without the check keeps its bytes: the field is omitted, not null
