@@ -44,7 +44,7 @@ MATCH = ("kind", "world", "world_seed", "base_sha256", "catalogue_sha256", "frac
 """The ledger fields two tables must share for one's finished seeds to count in the other's."""
 
 FROZEN = ("features.jsonl", "decisions.jsonl")
-TABLE = ("ledger.json", "cells.jsonl", "outcomes.jsonl", "summary.json", "summary.md")
+TABLE = ("ledger.json", "cells.jsonl", "outcomes.jsonl", "summary.json", "retrospective.md", "retrospective.json")
 """Files of the table's root kept in the results directory (FROZEN first, then these)."""
 
 
