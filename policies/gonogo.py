@@ -262,9 +262,15 @@ def predict(model: GoNoGo, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _proba(model.beneficial, z), _proba(model.harmful, z)
 
 
+MIN_GROUPS = 3
+"""Fewest held-out groups an evaluation runs on (policies.gonogo_eval.evaluate refuses fewer)."""
+
+
 def groups_of(runs: Sequence[PairedRun]) -> tuple[Literal["world", "card"], list[str]]:
-    """Held-out groups: one per world seed where runs carry several, else one per card (all its seeds)."""
-    if len({r.world_seed for r in runs}) > 1:
+    """Held-out groups: one per world seed where runs carry at least MIN_GROUPS worlds, else one per
+    card (all its seeds and worlds: two worlds are too few folds to hold one out, but a card held
+    out of both still never informs its own prediction)."""
+    if len({r.world_seed for r in runs}) >= MIN_GROUPS:
         return "world", [f"world {r.world_seed}" for r in runs]
     return "card", [r.card_id for r in runs]
 

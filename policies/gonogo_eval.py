@@ -141,8 +141,8 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
     """Leave-one-group-out go/no-go figures of the model and of each baseline on the same runs."""
     gonogo.check_levels(alpha, delta)
     grouping, groups = gonogo.groups_of(runs)
-    if len(set(groups)) < 3:
-        raise BadInput(f"held-out evaluation needs at least 3 {grouping}s, got {len(set(groups))}: "
+    if len(set(groups)) < gonogo.MIN_GROUPS:
+        raise BadInput(f"held-out evaluation needs at least {gonogo.MIN_GROUPS} {grouping}s, got {len(set(groups))}: "
                        "pass more retrospective cells or worlds")
     footing, note = footing_of(runs)
     folds, held = [], {}

@@ -264,3 +264,13 @@ def test_the_curve_features_read_the_parent_footing_where_every_run_has_it_and_t
     assert mixed.mean[gonogo.FEATURE_NAMES.index("target@0.20")] == 3.0
     assert gonogo.loads(gonogo.dumps(mixed)) == mixed
     assert evaluate(runs, alpha=0.3, **RULE).footing == "parent"
+
+
+def test_two_worlds_are_held_out_one_card_at_a_time_across_both():
+    """Two worlds are too few folds: each card is held out of both worlds at once."""
+    runs = _runs(4, 1, worlds=2)
+    e = evaluate(runs, alpha=0.2, **RULE)
+    assert e.grouping == "card" and len(e.folds) == 4
+    for fold in e.folds:
+        assert fold.n_held_out == 2  # one run per world
+        assert fold.training_hash == gonogo.training_hash([r for r in runs if r.card_id != fold.held_out])
