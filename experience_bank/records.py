@@ -317,6 +317,21 @@ class ExtrapolatedRetention(Frozen):
     """Every extrapolated change is within the guard (policies.outcomes.retention_safe)."""
 
 
+class ActedTrial(Frozen):
+    """What a policy acted on after its trial (policies.trial_rules.acted_verdict), as the validate node
+    decided it: kept in the decision's step folder so the commit records the reasons that decided
+    rather than recomputing them from the frozen models."""
+
+    verdict: Literal["pass", "fail", "inconclusive"]
+    """The verdict the policy acted on (its own rule's, else the trial's own)."""
+    reason: str | None = None
+    """Why, where a rule of the policy's decided (None: the trial's own verdict)."""
+    contributions: tuple[tuple[str, float], ...] = ()
+    """A learned rule's largest feature contributions (Event.trial_contributions)."""
+    retention_extrapolated: ExtrapolatedRetention | None = None
+    """The trial's retention check at full length (Event.trial_retention_extrapolated)."""
+
+
 
 class RetentionEffect(Frozen):
     metric: Ident

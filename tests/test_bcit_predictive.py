@@ -15,6 +15,7 @@ import pytest
 from agent.cli.decide import _frozen_gonogo
 from agent.cli.main import main
 from agent.run.gonogo_model import check_resume, frozen_model
+from agent.run.rundir import RunDir
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
@@ -181,6 +182,12 @@ def test_an_episode_reports_why_and_its_audit_recomputes_every_verdict_from_the_
     assert validated and all(authorized is not None for _, authorized in validated)
     assert [(e.candidate_id, e.full_run == "ran") for e in events if e.action == "validate"] == validated
     assert all(e.trial_contributions for e in events if e.action == "validate")
+    # the event records what the validate node decided with (acted.json), not a recomputation
+    rundir = RunDir(run)
+    for e in (e for e in events if e.action == "validate"):
+        acted = rundir.acted(e.decision.decision_hash)
+        assert acted is not None and e.trial_contributions == acted.contributions
+        assert acted.verdict == ("pass" if e.full_run == "ran" else "fail")
 
 
 def test_compare_refuses_bcit_predictive_without_a_model_before_any_episode(tmp_path, monkeypatch, capsys):

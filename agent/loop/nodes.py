@@ -28,7 +28,7 @@ from experience_bank import files
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard, Decision, Event, ExtrapolatedRetention, Features, parse_model
+from experience_bank.records import ActedTrial, CandidateCard, Decision, Event, ExtrapolatedRetention, Features, parse_model
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
@@ -231,7 +231,10 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
         _measure(ctx, card, parent_val, initial_val, seen)), seen.get, parent_val, initial_val), TrialResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:trial", card, result.train, ctx.cost,
                           cached=was_cached(result.train.checkpoint))
-    own, episode, _ = _own_verdict(ctx, card, _decision(ctx, state).features, result, _episode_state(state))
+    own, episode, check = _own_verdict(ctx, card, _decision(ctx, state).features, result, _episode_state(state))
+    write_atomic(ctx.rundir.acted_file(dh), ActedTrial(verdict=own.verdict, reason=own.reason,
+                                                       contributions=own.contributions,
+                                                       retention_extrapolated=check).model_dump_json())
     return _after_verdict(ctx, episode, own.verdict, own.reason or "; ".join(result.reasons) or result.verdict)
 
 
@@ -248,6 +251,16 @@ def _own_verdict(ctx: Ctx, card: CandidateCard, features: Features, trial: Trial
     if own.verdict is None:  # only where the manifest froze no model for a policy that reads one
         raise BadInput(f"{ctx.rundir.path}: {own.reason}; start a new run with --gonogo-model")
     return own, after, check
+
+
+def _acted_before(ctx: Ctx, card: CandidateCard, decision: Decision, trial: TrialResult) -> ActedTrial:
+    """What a trial's policy acted on where its validate node kept no acted.json (a run directory
+    written before that file existed, resumed between its trial and its commit): recomputed from the frozen inputs. The contributions
+    and the extrapolated retention depend on the trial and the frozen models, not on the episode state,
+    so a fresh state gives the ones the verdict was decided with."""
+    own, _, check = _own_verdict(ctx, card, decision.features, trial, EpisodeState())
+    return ActedTrial(verdict=own.verdict, reason=own.reason, contributions=own.contributions,
+                      retention_extrapolated=check)
 
 
 def _decision(ctx: Ctx, state: State) -> Decision:
@@ -348,13 +361,12 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
     keys, out, artefacts = trial_keys + [f"{dh}:train"], {}, []
     if trial:
         artefacts.append(trial.train.checkpoint)
-        # a learned rule's contributions and the extrapolated retention depend on the trial and the frozen
-        # models, not on the episode state, so a fresh state gives the ones the verdict was decided with
-        own, _, extrapolated = _own_verdict(ctx, card, decision.features, trial, EpisodeState())
+        acted = rd.acted(dh) or _acted_before(ctx, card, decision, trial)
         out |= {"trial_delta": trial.delta_val, "trial_retention": {k.partition(".")[2]: v for k, v in
                                                                     trial.retention_deltas.items()},
                 "trial_curve": trial.curve_table(), "trial_verdict": trial.verdict,
-                "trial_contributions": own.contributions, "trial_retention_extrapolated": extrapolated}
+                "trial_contributions": acted.contributions,
+                "trial_retention_extrapolated": acted.retention_extrapolated}
     if run:
         artefacts.append(run.checkpoint)
     metrics: dict[str, float] = {}

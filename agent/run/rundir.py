@@ -10,7 +10,8 @@
     runs/ID/checkpoints.sqlite       LangGraph's checkpoints (resume)
     runs/ID/evals/<sha16>-<split>/   raw generations, results.json and wall.json of one model on one split
     runs/ID/steps/<NNN>-decision.json  the frozen decision of the NNN-th candidate
-    runs/ID/steps/<hash16>/          one decision's trial.json, train.json, verdict.json and checkpoints
+    runs/ID/steps/<hash16>/          one decision's trial.json, acted.json (the verdict its policy acted on),
+                                     train.json, verdict.json and checkpoints
     runs/ID/report.md, report.html   the report, its figures (<id>.png) and the CapTrack heat map
                                      (captrack_heatmap.png, captrack_heatmap.json)
     runs/ID/report_inputs.json       what the report reads besides the files above (agent/run/report_inputs.py)
@@ -37,7 +38,7 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
-from experience_bank.records import parse_model
+from experience_bank.records import ActedTrial, parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
 from agent.run.manifest import Manifest, parse_manifest
@@ -211,6 +212,9 @@ class RunDir:
     def trial_file(self, decision_hash: str) -> Path:
         return self.step(decision_hash) / "trial.json"
 
+    def acted_file(self, decision_hash: str) -> Path:
+        return self.step(decision_hash) / "acted.json"
+
     def train_file(self, decision_hash: str) -> Path:
         return self.step(decision_hash) / "train.json"
 
@@ -219,6 +223,9 @@ class RunDir:
 
     def trial(self, decision_hash: str) -> TrialResult | None:
         return _read(self.trial_file(decision_hash), TrialResult)
+
+    def acted(self, decision_hash: str) -> ActedTrial | None:
+        return _read(self.acted_file(decision_hash), ActedTrial)
 
     def train(self, decision_hash: str) -> TrainResult | None:
         return _read(self.train_file(decision_hash), TrainResult)
