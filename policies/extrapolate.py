@@ -48,7 +48,7 @@ from the parent by the trial's fraction.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -60,7 +60,6 @@ from experience_bank.records import ExtrapolatedRetention, Frozen, TrialCurve, p
 from policies.curves import (CONTROL_FOOTING_WARNING, RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on,
                              footing_of, trial_curve)
 from policies.outcomes import retention_safe
-from policies.stats import clopper_pearson, mean_interval
 
 ANY = "*"
 """A group key's wildcard: any adapter, or any method."""
@@ -312,7 +311,8 @@ def predict(fit_: Fit, curve: Sequence[CurvePoint], *, method: str, adapter: str
                       metrics=out)
 
 
-def _safe(values: dict[str, float], drop_pp: float) -> bool:
+def safe(values: dict[str, float], drop_pp: float) -> bool:
+    """Both IFEval strict changes (metric -> pp) within the guard (policies.outcomes.retention_safe)."""
     return retention_safe(values["ifeval.prompt_strict"], values["ifeval.inst_strict"], drop_pp)
 
 
@@ -324,7 +324,7 @@ def guard_check(prediction: Prediction, *, drop_pp: float) -> GuardCheck:
     reasons = tuple(f"{m}: {pct} % reading {p.reading_pp:+.1f} pp, extrapolated full length {p.predicted_pp:+.1f} pp "
                     f"[{p.interval_pp[0]:+.1f}, {p.interval_pp[1]:+.1f}] ({prediction.group}); guard -{drop_pp:g} pp"
                     for m, p in prediction.metrics.items())
-    return GuardCheck(drop_pp=drop_pp, raw_safe=_safe(raw, drop_pp), extrapolated_safe=_safe(ext, drop_pp),
+    return GuardCheck(drop_pp=drop_pp, raw_safe=safe(raw, drop_pp), extrapolated_safe=safe(ext, drop_pp),
                       reasons=reasons)
 
 
@@ -342,7 +342,7 @@ def trial_retention(fit_: Fit, curve: TrialCurve, card: CardFacts, *, drop_pp: f
         reading_pp={m: v.reading_pp for m, v in p.metrics.items()},
         predicted_pp={m: v.predicted_pp for m, v in p.metrics.items()},
         interval_pp={m: v.interval_pp for m, v in p.metrics.items()},
-        safe=_safe({m: v.predicted_pp for m, v in p.metrics.items()}, drop_pp))
+        safe=safe({m: v.predicted_pp for m, v in p.metrics.items()}, drop_pp))
 
 
 def retention_reason(x: ExtrapolatedRetention) -> str:
@@ -354,133 +354,3 @@ def retention_reason(x: ExtrapolatedRetention) -> str:
              for m in x.predicted_pp]
     warn = f"; {CONTROL_FOOTING_WARNING}" if x.footing == "control" else ""
     return f"{'; '.join(parts)} (group {x.group}); guard -{x.drop_pp:g} pp{warn}"
-
-
-# --- measuring: held-out runs ----------------------------------------------------------------
-
-Holdout = Literal["cell", "world"]
-
-
-class HeldOutRun(Frozen):
-    """One run predicted by a fit that never saw it (nor any run of its cell, or of its world)."""
-
-    card_id: str
-    world_seed: int
-    seed: int
-    method: str
-    group: str
-    fallback: str | None
-    metrics: dict[str, MetricPrediction]
-    full_pp: dict[str, float]
-    """The full run's retention change: the truth."""
-    breach: bool
-    """The full run breaks the guard (not policies.outcomes.retention_safe)."""
-    raw_breach: bool
-    extrapolated_breach: bool
-
-
-class ErrorSummary(Frozen):
-    """|predicted - full| over held-out runs, raw reading against extrapolation, for one metric and method."""
-
-    n: int
-    raw_mean_pp: float
-    raw_mean_ci: tuple[float, float] | None
-    raw_median_pp: float
-    raw_median_ci: tuple[float, float]
-    extrapolated_mean_pp: float
-    extrapolated_mean_ci: tuple[float, float] | None
-    extrapolated_median_pp: float
-    extrapolated_median_ci: tuple[float, float]
-    covered: int
-    """Held-out full values inside their 95 % prediction interval."""
-
-
-class GuardSummary(Frozen):
-    """How often the guard decision (full-length change below -drop_pp) comes out right."""
-
-    n: int
-    breaches: int
-    """Held-out runs whose full run breaks the guard."""
-    raw_right: int
-    raw_right_ci: tuple[float, float]
-    extrapolated_right: int
-    extrapolated_right_ci: tuple[float, float]
-
-
-class ErrorReport(Frozen):
-    holdout: Holdout
-    footing: Footing = "control"
-    """What every fold read the short runs against (the one footing of all the runs)."""
-    footing_note: str | None = None
-    drop_pp: float
-    min_runs: int
-    choice: Choice
-    runs: tuple[HeldOutRun, ...]
-    errors: dict[str, dict[str, ErrorSummary]]
-    """metric -> method ('all' for every run) -> summary."""
-    guard: dict[str, GuardSummary]
-    """method ('all' for every run) -> the guard decision's accuracy."""
-
-
-def _unit(holdout: Holdout) -> Callable[[PairedRun], tuple]:
-    # A cell's every seed leaves together: another seed of the same card would leak its full run.
-    return (lambda r: (r.world_seed,)) if holdout == "world" else (lambda r: (r.world_seed, r.card_id))
-
-
-def held_out(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "cell",
-             min_runs: int = MIN_RUNS, choice: Choice = "auto") -> tuple[HeldOutRun, ...]:
-    """Each run predicted by a fit on the runs outside its hold-out unit (its cell, or its world seed)."""
-    unit = _unit(holdout)
-    if holdout == "world" and len({r.world_seed for r in runs}) < 2:
-        raise BadInput("leave-one-world-out needs paired runs of at least two world seeds: "
-                       "pass several executed retrospectives (one per world) or hold out cells")
-    out, footing = [], footing_of(runs)[0]  # every fold on the footing of all the runs, never its own
-    for key in sorted({unit(r) for r in runs}):
-        fitted = fit([r for r in runs if unit(r) != key], min_runs=min_runs, choice=choice, footing=footing)
-        for run in (r for r in runs if unit(r) == key):
-            p = predict(fitted, curve_on(run, footing), method=run.method, adapter=run.adapter)
-            full = dict(run.full.retention_pp)
-            out.append(HeldOutRun(card_id=run.card_id, world_seed=run.world_seed, seed=run.seed, method=run.method,
-                                  group=p.group, fallback=p.fallback, metrics=p.metrics, full_pp=full,
-                                  breach=not _safe(full, drop_pp),
-                                  raw_breach=not _safe({m: v.reading_pp for m, v in p.metrics.items()}, drop_pp),
-                                  extrapolated_breach=not _safe({m: v.predicted_pp for m, v in p.metrics.items()},
-                                                                drop_pp)))
-    return tuple(out)
-
-
-def _median_ci(x: np.ndarray) -> tuple[float, float]:
-    ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(0.95)
-    return float(ci.low), float(ci.high)
-
-
-def _errors(rows: Sequence[HeldOutRun], metric: str) -> ErrorSummary:
-    raw = np.array([abs(r.metrics[metric].reading_pp - r.full_pp[metric]) for r in rows])
-    ext = np.array([abs(r.metrics[metric].predicted_pp - r.full_pp[metric]) for r in rows])
-    covered = sum(lo <= r.full_pp[metric] <= hi for r in rows for lo, hi in [r.metrics[metric].interval_pp])
-    (rm, rci), (em, eci) = mean_interval(raw), mean_interval(ext)
-    return ErrorSummary(n=len(rows), raw_mean_pp=rm, raw_mean_ci=rci, raw_median_pp=float(np.median(raw)),
-                        raw_median_ci=_median_ci(raw), extrapolated_mean_pp=em, extrapolated_mean_ci=eci,
-                        extrapolated_median_pp=float(np.median(ext)), extrapolated_median_ci=_median_ci(ext),
-                        covered=covered)
-
-
-def _guard(rows: Sequence[HeldOutRun]) -> GuardSummary:
-    raw = sum(r.raw_breach == r.breach for r in rows)
-    ext = sum(r.extrapolated_breach == r.breach for r in rows)
-    return GuardSummary(n=len(rows), breaches=sum(r.breach for r in rows), raw_right=raw,
-                        raw_right_ci=clopper_pearson(raw, len(rows)), extrapolated_right=ext,
-                        extrapolated_right_ci=clopper_pearson(ext, len(rows)))
-
-
-def extrapolation_error(runs: Sequence[PairedRun], *, drop_pp: float, holdout: Holdout = "cell",
-                        min_runs: int = MIN_RUNS, choice: Choice = "auto") -> ErrorReport:
-    """Leave-one-out (over cells, or over world seeds): |predicted - full| raw against extrapolated,
-    per metric and method, and how often the guard decision is right either way."""
-    rows = held_out(runs, drop_pp=drop_pp, holdout=holdout, min_runs=min_runs, choice=choice)
-    by = {"all": list(rows)} | {m: [r for r in rows if r.method == m] for m in sorted({r.method for r in rows})}
-    footing, note = footing_of(runs)
-    return ErrorReport(holdout=holdout, footing=footing, footing_note=note, drop_pp=drop_pp, min_runs=min_runs,
-                       choice=choice, runs=rows,
-                       errors={m: {k: _errors(v, m) for k, v in by.items()} for m in RETENTION},
-                       guard={k: _guard(v) for k, v in by.items()})

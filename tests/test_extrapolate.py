@@ -12,7 +12,8 @@ from agent.experiments.retro_cells import IFEVAL_DROP_PP
 from agent.world.catalogue import adapter_kinds, catalogue_sha256
 from experience_bank.errors import BadInput
 from policies.curves import RETENTION, CurvePoint, PairedRun, paired_run, paired_runs_json, trial_curve
-from policies.extrapolate import extrapolation_error, fit, guard_check, held_out, power_fit, predict
+from policies.extrapolate import fit, guard_check, power_fit, predict
+from policies.extrapolate_heldout import extrapolation_error, held_out
 
 V3 = Path(__file__).parents[1] / "docs/results/retrospective-default.json"
 FRACTIONS = (0.05, 0.10, 0.20)

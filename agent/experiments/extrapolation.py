@@ -18,7 +18,8 @@ from experience_bank.errors import BadInput
 from agent.experiments.retro_cells import IFEVAL_DROP_PP
 from agent.world.catalogue import adapter_kinds, catalogue_sha256
 from policies.curves import PairedRun, ledger, paired_runs, paired_runs_json
-from policies.extrapolate import MIN_RUNS, Choice, ErrorReport, Fit, extrapolation_error, fit
+from policies.extrapolate import MIN_RUNS, Choice, Fit, fit
+from policies.extrapolate_heldout import ErrorReport, extrapolation_error
 
 SHORT = {"ifeval.prompt_strict": "prompt", "ifeval.inst_strict": "inst"}
 
