@@ -9,14 +9,12 @@ from pathlib import Path
 
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
-from experience_bank.hashing import loads_strict
 from agent.config import build_config
 from agent.experiments.executor import session, task_resources
-from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.embedded import cached_world, check_world_seed
+from agent.experiments.fitted import gonogo_inputs, gonogo_rule, held_out_sources
+from agent.world.embedded import check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
-from policies.curves import ledger, paired_runs, paired_runs_json
 from trainers.steps import MAX_TRIAL_FRACTION
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
@@ -42,6 +40,12 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs/compare", help="output directory (default runs/compare)")
     p.add_argument("--jobs", type=int, default=1,
                    help="episodes at once on this machine (default 1; with --address the cluster's nodes bound them)")
+    p.add_argument("--fit-from", dest="fit_from", nargs="+", default=None, metavar="RETRO_DIR",
+                   help="executed retrospective (or --results) directories of several world seeds: each world's "
+                        "go/no-go (bcit_predictive) and trial extrapolation (every policy) are fitted on the other "
+                        "worlds' only, written to its comparison directory and passed to its episodes")
+    p.add_argument("--gonogo-alpha", dest="gonogo_alpha", type=float, default=0.1,
+                   help="with --fit-from: harmful among authorized the go/no-go bounds (default 0.1)")
     _execution_flags(p)
     p.set_defaults(func=cmd_compare)
 
@@ -100,27 +104,6 @@ def _register_gonogo(sub) -> None:
     g.set_defaults(func=cmd_gonogo)
 
 
-def _gonogo_source(path: Path) -> tuple[list, dict]:
-    """(paired runs, records by card id) of one source; cards only where this catalogue and world made it."""
-    if path.is_file():
-        return paired_runs_json(path), {}
-    if not path.is_dir():
-        raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
-    features = path / "features.jsonl"
-    records = ({(row := loads_strict(line))["cell"]: row["features"] for line in features.read_text().splitlines()}
-               if features.is_file() else {})
-    return paired_runs(path, cards=_gonogo_cards(path)), records
-
-
-def _gonogo_cards(path: Path) -> dict:
-    """The catalogue's cards of a retrospective directory, where its catalogue is this one and its world is cached."""
-    facts = ledger(path)
-    if facts.get("catalogue_sha256") != catalogue_sha256():
-        return {}
-    world = cached_world(str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0)))
-    return {c.id: c for c in catalogue(world)} if world is not None else {}
-
-
 def _trial_passes(run) -> bool:
     """The 20 % trial's verdict (trainers.trial.verdict under the retrospective's thresholds) is pass."""
     from agent.experiments.retro_run import TRIAL_THRESHOLDS  # noqa: PLC0415 (torch, through the world)
@@ -132,16 +115,12 @@ def _trial_passes(run) -> bool:
 
 
 def cmd_gonogo(args) -> int:
-    from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP  # noqa: PLC0415 (scipy)
     from policies import gonogo  # noqa: PLC0415 (scikit-learn)
     from policies.gonogo_eval import evaluate, markdown  # noqa: PLC0415 (scikit-learn)
 
     gonogo.check_levels(args.alpha, args.delta)
-    runs, records = [], {}
-    for source in args.sources:
-        r, rec = _gonogo_source(Path(source))
-        runs, records = runs + r, records | rec
-    rule = dict(alpha=args.alpha, delta=args.delta, band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP)
+    runs, records = gonogo_inputs([Path(s) for s in args.sources])
+    rule = gonogo_rule(args.alpha, args.delta)
     result = evaluate(runs, records, baselines={"trial pass @0.20": _trial_passes}, **rule)
     if args.model:
         write_atomic(Path(args.model), gonogo.dumps(gonogo.fit(runs, records, **rule)))
@@ -192,14 +171,15 @@ def cmd_compare(args) -> int:
         check_cached_world(cfg.model_copy(update={"world_seed": ws}))
     resources = task_resources(cfg)  # what one episode holds on a Ray worker
     _no_cache(args)
+    fit = _fit(args, cfg, world_seeds)
     with session(args.executor, address=args.address, jobs=args.jobs, resources=resources) as executor:
         if world_seeds:
             summary = compare_worlds(Path(args.out), policies, list(range(args.seeds)), world_seeds,
                                      budget=args.episode_budget, config=args.config, n_jobs=args.jobs,
-                                     executor=executor)
+                                     executor=executor, fit=fit)
         else:
             summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
-                              config=args.config, n_jobs=args.jobs, executor=executor)
+                              config=args.config, n_jobs=args.jobs, executor=executor, fit=fit)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
     from agent.views.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
 
@@ -210,6 +190,21 @@ def cmd_compare(args) -> int:
         print(f"  {len(summary['failed'])} episode(s) failed: see compare.md")
         return 1
     return 0
+
+
+def _fit(args, cfg, world_seeds: list[int] | None):
+    """--fit-from as a compare.Fit (None without it); BadInput before any episode starts where a world
+    would be left with nothing to fit on, or a source is not a retrospective directory."""
+    from agent.experiments.compare import Fit  # noqa: PLC0415
+    from policies.gonogo import check_levels  # noqa: PLC0415 (scikit-learn)
+
+    if not args.fit_from:
+        return None
+    check_levels(args.gonogo_alpha, 0.1)
+    sources = tuple(Path(s) for s in args.fit_from)
+    for ws in world_seeds or [cfg.world_seed]:
+        held_out_sources(list(sources), ws)
+    return Fit(sources, cfg.world_seed, alpha=args.gonogo_alpha)
 
 
 def _world_seeds(text: str | None) -> list[int] | None:

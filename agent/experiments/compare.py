@@ -30,25 +30,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from policies.authorize import NEEDS_GONOGO
 from policies.stats import paired_t_interval, sign_flip_test
 from agent.experiments.compare_output import write_outputs
 from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, adoption_metrics, endpoint_mean,
                                         read_episode, unit)
 from agent.experiments.executor import Executor, Job, LocalExecutor
+from agent.experiments.fitted import fit_for_world, fitted_summary
 from agent.run.rundir import RunDir
-
-
-
-
-
-
-
-
-
-
 
 
 def cache_summary(episodes: list[EpisodeResult]) -> dict[str, Any]:
@@ -166,9 +159,9 @@ def job_name(policy: str, seed: int) -> str:
 
 
 def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, config: str | None,
-                 world_seed: int | None = None) -> list[str]:
+                 world_seed: int | None = None, extra: list[str] | None = None) -> list[str]:
     """`agent run` for one (policy, seed), with its own run directory and bank file (`world_seed`:
-    the world the episode runs on; None: the config's)."""
+    the world the episode runs on; None: the config's; `extra`: more flags, the fitted models')."""
     name = job_name(policy, seed)
     run_dir = out / "episodes" / name
     argv = [sys.executable, "-m", "agent", "run", "--policy", policy, "--seed", str(seed), "--quiet",
@@ -176,6 +169,7 @@ def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, confi
     argv += ["--world-seed", str(world_seed)] if world_seed is not None else []
     argv += ["--episode-budget", budget] if budget else []
     argv += ["--config", config] if config else []
+    argv += extra or []
     # A started episode (its manifest is frozen) is resumed; otherwise `agent run --out` starts it.
     argv += ["--resume", str(run_dir)] if RunDir(run_dir).started() else ["--out", str(run_dir)]
     return argv
@@ -254,26 +248,43 @@ def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any
 
 def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
             n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None,
-            executor: Executor | None = None, world_seed: int | None = None) -> dict[str, Any]:
+            executor: Executor | None = None, world_seed: int | None = None, fit: Fit | None = None) -> dict[str, Any]:
     """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures.
     `executor`: where the episodes run (default: n_jobs at once in subprocesses of this machine);
-    `world_seed`: the embedded world every episode runs on (None: the config's)."""
+    `world_seed`: the embedded world every episode runs on (None: the config's); `fit`: fit the
+    learned models on other worlds' retrospectives first (agent/experiments/fitted.py)."""
     return _compare(out, policies, seeds, budget=budget, config=config, n_jobs=n_jobs, argv_for=argv_for,
-                    executor=executor, world_seed=world_seed)[0]
+                    executor=executor, world_seed=world_seed, fit=fit)[0]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """`agent compare --fit-from`: fit each world's models on the other worlds' sources."""
+
+    sources: tuple[Path, ...]
+    """Executed retrospective (or results) directories, any world seeds."""
+    config_world_seed: int
+    """The world a comparison without --world-seeds runs on (the config's)."""
+    alpha: float = 0.1
+    delta: float = 0.1
 
 
 def _compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
              n_jobs: int, argv_for: Callable[[Path, str, int], list[str]] | None, executor: Executor | None,
-             world_seed: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+             world_seed: int | None, fit: Fit | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)
-    argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config,
-                                                         world_seed=world_seed))
+    fitted = None if fit is None else fit_for_world(
+        out, fit.config_world_seed if world_seed is None else world_seed, list(fit.sources),
+        gonogo=any(p in NEEDS_GONOGO for p in policies), alpha=fit.alpha, delta=fit.delta)
+    argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config, world_seed=world_seed,
+                                                         extra=fitted.flags(p) if fitted else None))
     statuses = run_jobs(out, policies, seeds, executor, argv_for)
     episodes = [e | {"world_seed": world_seed or 0} for e in collect(statuses)]
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
-            "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": world_seed}
+            "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": world_seed,
+            "fitted": fitted_summary(out)}
     write_outputs(out, summary, episodes, meta)
     return summary, episodes
 
@@ -286,22 +297,25 @@ def world_dir(out: Path, world_seed: int) -> Path:
 def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds: list[int], *,
                    budget: str | None = None, config: str | None = None, n_jobs: int = 1,
                    executor: Executor | None = None,
-                   argv_for: Callable[[Path, str, int, int], list[str]] | None = None) -> dict[str, Any]:
+                   argv_for: Callable[[Path, str, int, int], list[str]] | None = None,
+                   fit: Fit | None = None) -> dict[str, Any]:
     """The paired comparison on each world (DIR/world-<N>/, each resumable as one `agent compare`),
     then pooled: a pair is (world seed, run seed), so every policy is compared on the same worlds
     and seeds. DIR/compare.{md,json} hold the pooled statistics and, under `per_world`, each
-    world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`)."""
+    world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`);
+    `fit`: each world's learned models fitted on the other worlds' sources (leave-one-world-out)."""
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)  # one for every world
     per_world, pooled = {}, []
     for ws in world_seeds:
         one = None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws))
         summary, episodes = _compare(world_dir(out, ws), policies, seeds, budget=budget, config=config,
-                                     n_jobs=n_jobs, argv_for=one, executor=executor, world_seed=ws)
+                                     n_jobs=n_jobs, argv_for=one, executor=executor, world_seed=ws, fit=fit)
         per_world[str(ws)] = summary
         pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
     summary = summarise(pooled) | {"per_world": per_world}
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
-            "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start}
+            "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,
+            "fitted": {str(ws): fitted_summary(world_dir(out, ws)) for ws in world_seeds}}
     write_outputs(out, summary, pooled, meta)
     return summary

@@ -39,7 +39,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
              f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "
              f"over the target capabilities {fams}; 'adoption' = the same on the split the gate selected on "
              "(optimistic). IFEval at the end is on the test split; AUC follows the adoption split.", "",
-             _cache_line(summary.get("cache")), "",
+             _cache_line(summary.get("cache")), "", *_fitted_lines(meta),
              f"Pairing (manifest values equal across policies per seed: {', '.join(PAIRING_KEYS)}): "
              f"**{'ok' if summary['pairing']['paired'] else 'MISMATCH'}**", "", "## Per policy", "",
              _row(["policy", "n", "endpoint (test)", "sd", "adoption"] + fams + ifk
@@ -67,6 +67,19 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"- {f['policy']} world seed {f.get('world_seed', 0)} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
     lines += ["", "![endpoint per policy](endpoint.png)", "", "![trajectories](trajectories.png)", ""]
     return "\n".join(lines)
+
+
+def _fitted_lines(meta: dict[str, Any]) -> list[str]:
+    """Which worlds each world's learned models were fitted on (agent compare --fit-from), else nothing."""
+    fitted = meta.get("fitted") or {}
+    fitted = fitted if meta.get("world_seeds") else ({str(meta.get("world_seed") or 0): fitted} if fitted else {})
+    if not fitted:
+        return []
+    parts = [f"world {ws}: fitted on world seeds {f['source_world_seeds']}"
+             + (f", go/no-go n={f['gonogo_n_train']} threshold {f['gonogo_threshold']} (alpha {f['alpha']})"
+                if "gonogo_sha256" in f else "") for ws, f in sorted(fitted.items()) if f]
+    return [f"Learned models (leave-one-world-out; the extrapolation reaches every policy's trial): {'; '.join(parts)}.",
+            ""]
 
 
 def _worlds_line(meta: dict[str, Any]) -> str:

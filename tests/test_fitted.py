@@ -1,0 +1,76 @@
+"""`agent compare --fit-from`: each world's learned models fitted on the other worlds only
+(agent/experiments/fitted.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.cli.main import main
+from agent.experiments import compare as C
+from agent.experiments.extrapolation import load_runs
+from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary, held_out_sources
+from experience_bank.errors import BadInput
+from policies import extrapolate, gonogo
+
+V3 = Path(__file__).resolve().parents[1] / "docs" / "results" / "retrospective-default.json"
+
+
+def _sources(root: Path, worlds=(0, 1, 2)) -> list[Path]:
+    """One executed-retrospective layout per world seed, each holding v3's 24 published cells."""
+    cells = json.loads(V3.read_text())["cells"]
+    out = []
+    for w in worlds:
+        d = root / f"w{w}"
+        for c in cells:
+            (d / "cells" / c["id"] / "s0").mkdir(parents=True)
+            (d / "cells" / c["id"] / "s0" / "cell.json").write_text(json.dumps(c))
+        (d / "ledger.json").write_text(json.dumps({"world_seed": w, "catalogue_sha256": "v3"}))
+        out.append(d)
+    return out
+
+
+def test_a_worlds_models_are_fitted_on_the_other_worlds_only_and_once(tmp_path):
+    sources = _sources(tmp_path)
+    out = tmp_path / "cmp" / "world-1"
+    fitted = fit_for_world(out, 1, sources, gonogo=True, alpha=0.2, delta=0.2)
+    others = [sources[0], sources[2]]
+    assert fitted.extrapolation.read_text() == extrapolate.dumps(extrapolate.fit(load_runs(others)))
+    model = gonogo.loads(fitted.gonogo.read_text())
+    assert model.n_train == 48 and model.alpha == 0.2  # two worlds of 24 runs; none of world 1's
+    summary = fitted_summary(out)
+    assert summary["source_world_seeds"] == [0, 2] and summary["gonogo_n_train"] == 48
+    # once per comparison directory: a resumed comparison keeps the bytes its episodes froze
+    before = fitted.gonogo.read_bytes()
+    again = fit_for_world(out, 1, sources[:1] + sources[2:] + [sources[1]], gonogo=True, alpha=0.3)
+    assert again == fitted and again.gonogo.read_bytes() == before
+
+
+def test_the_go_no_go_goes_to_bcit_predictive_and_the_extrapolation_to_every_policy(tmp_path):
+    f = Fitted(gonogo=tmp_path / "g.json", extrapolation=tmp_path / "x.json")
+    assert f.flags("bcit_predictive") == ["--gonogo-model", str(tmp_path / "g.json"),
+                                          "--extrapolation-model", str(tmp_path / "x.json")]
+    assert f.flags("bcit") == ["--extrapolation-model", str(tmp_path / "x.json")]
+    argv = C.episode_argv(tmp_path, "bcit", 0, budget=None, config=None, world_seed=2, extra=f.flags("bcit"))
+    assert argv[-4:-2] == ["--extrapolation-model", str(tmp_path / "x.json")]
+
+
+def test_a_world_with_no_other_source_is_bad_input(tmp_path):
+    sources = _sources(tmp_path, worlds=(0,))
+    assert held_out_sources(sources, 5) == sources  # a held-out world: fitted on every source
+    with pytest.raises(BadInput, match="every source is of world seed 0"):
+        held_out_sources(sources, 0)
+    with pytest.raises(BadInput, match="no ledger.json"):
+        held_out_sources([tmp_path], 0)
+
+
+def test_the_cli_refuses_before_any_episode_in_one_line(tmp_path, capsys):
+    sources = _sources(tmp_path, worlds=(0,))
+    out = tmp_path / "cmp"
+    # the config's world is world seed 0, and the only source is of world 0
+    code = main(["compare", "--policies", "bcit,validate_all", "--fit-from", str(sources[0]), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "every source is of world seed 0" in err
+    assert not out.exists()
