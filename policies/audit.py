@@ -89,7 +89,8 @@ class OutcomeCell(Frozen):
     """Training seeds behind the effects (the seeded retrospective's K): above 1, `short`, `full` and
     `trial_delta` are seed means and `trial_verdict` is the verdict of those means."""
     full_ci: dict[Literal["target", "ifeval_p", "ifeval_i"], tuple[float, float]] = {}
-    """95 % Student-t intervals of the full-run effects over the seeds (pp), where seeds >= 2."""
+    """95 % Student-t intervals of the full-run effects over the seeds (pp), where seeds >= 2: the ones
+    the class was decided on (the retrospective pools the between-seed spread of a family and method)."""
 
     _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve"))
 

@@ -11,12 +11,13 @@ from scipy import stats as sps
 
 from support import bank_factory as bf
 from agent.experiments import retrospective as R
+from agent.experiments.retro_cells import pool_classes
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from policies import PolicyConfig
 from policies.audit import Cell, OutcomeCell, score_policies
 from policies.outcomes import outcome_class, outcome_class_interval
-from policies.stats import mean_interval
+from policies.stats import mean_interval, pooled_mean_intervals
 from test_retrospective import Card, FakePorts, _controls, _features
 
 T975_DF2 = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2))
@@ -40,6 +41,33 @@ def test_interval_class_boundaries():
     for t in grid:
         for p in grid:
             assert _cls((t, t), p=(p, p)) == outcome_class(t, p, 0.0, band=1.0, ifeval_drop_pp=2.0)
+
+
+def test_pooled_intervals_by_hand():
+    # spreads: sd 1 (ss 2) and sd 0 (ss 0) pool to s_p = sqrt(2 / 4) on 4 degrees of freedom
+    (m1, ci1), (m2, ci2) = pooled_mean_intervals([[7.0, 8.0, 9.0], [3.0, 3.0, 3.0]])
+    half = sps.t.ppf(0.975, 4) * math.sqrt(0.5) / math.sqrt(3)
+    assert (m1, m2) == (8.0, 3.0) and ci1 == pytest.approx((8 - half, 8 + half)) and ci2 == pytest.approx((3 - half, 3 + half))
+    assert pooled_mean_intervals([[1.0], [2.0]]) == [(1.0, None), (2.0, None)]  # nothing to pool
+
+
+def _seeded(cid: str, family: str, target: list[float]) -> dict:
+    by_seed = [{"seed": i, "full_target": t, "full_ifeval": {"prompt_strict": 0.0, "inst_strict": 0.0}}
+               for i, t in enumerate(target)]
+    return {"id": cid, "family": family, "method": "sft", "outcome_class": "uncertain", "by_seed": by_seed,
+            "full": {"sanity_failures": []}}
+
+
+def test_pooling_decides_a_cell_its_own_two_degrees_of_freedom_leave_uncertain():
+    # A: target 2.0, 3.5, 5.0 (sd 1.5): its own interval 3.5 +- 4.30 * 1.5 / sqrt 3 = [-0.23, 7.23] straddles +1;
+    # pooled with five quiet cells of its group (sd 0) on 12 df: 3.5 +- 2.18 * sqrt(4.5 / 12) / sqrt 3 = [2.73, 4.27]
+    cells = [_seeded("A", "sql", [2.0, 3.5, 5.0])] + [_seeded(f"Q{i}", "sql", [0.0, 0.0, 0.0]) for i in range(5)]
+    cells.append(_seeded("F", "finance", [2.0, 3.5, 5.0]))  # alone in its group: its own spread decides
+    out = {c["id"]: c for c in pool_classes(cells)}
+    half = sps.t.ppf(0.975, 12) * math.sqrt(4.5 / 12) / math.sqrt(3)
+    assert out["A"]["ci95_pooled"]["target"] == pytest.approx([3.5 - half, 3.5 + half])
+    assert out["A"]["outcome_class"] == "beneficial" and out["A"]["outcome_class_per_cell"] == "uncertain"
+    assert out["Q0"]["outcome_class"] == "neutral" and out["F"]["outcome_class"] == "uncertain"
 
 
 def test_mean_interval_by_hand():
@@ -107,6 +135,12 @@ def test_three_seeds_every_class_and_the_summary_by_hand(tmp_path):
     assert cells["H1"]["ci95"]["full"]["prompt_strict"] == pytest.approx([-6.5 - half, -6.5 + half])
     assert cells["U1"]["ci95"]["full"]["target"] == pytest.approx([1 - 2 * half, 1 + 2 * half])  # sd 2
     assert [s["outcome_class"] for s in cells["H2"]["by_seed"]] == ["beneficial", "harmful", "beneficial"]
+    # the deciding intervals pool the spread of (finance, sft): B1's target ss 2 and H1's 0 on 4 df
+    pooled = sps.t.ppf(0.975, 4) * math.sqrt(2 / 4) / math.sqrt(3)
+    assert b1["ci95_pooled"]["target"] == pytest.approx([8 - pooled, 8 + pooled])
+    assert cells["H1"]["ci95_pooled"]["prompt_strict"] == pytest.approx([-6.5 - pooled, -6.5 + pooled])
+    assert {k: c["outcome_class_per_cell"] for k, c in cells.items()} == {k: c["outcome_class"] for k, c in cells.items()}
+    assert json.loads((out / "cells" / "B1" / "cell.json").read_text())["ci95_pooled"] == b1["ci95_pooled"]
     assert (out / "cells" / "B1" / "s2" / "f0.20.json").is_file() and (out / "cells" / "B1" / "s0" / "cell.json").is_file()
     # one control run per (method, length, seed): 2 x 2 x 3 (trial-length with its curve, and full)
     assert len(list((out / "controls").iterdir())) == 12
@@ -118,6 +152,7 @@ def test_three_seeds_every_class_and_the_summary_by_hand(tmp_path):
     assert s["n_cells"] == 6 and s["n_decided"] == 5 and s["uncertain"] == ["U1"] and s["left_out_uncertain"] == 1
     assert s["n_seeds"] == 3
     assert s["outcome_classes"] == {"beneficial": 1, "harmful": 3, "neutral": 1, "uncertain": 1}
+    assert s["outcome_classes_per_cell"] == {"beneficial": 1, "harmful": 3, "neutral": 1, "uncertain": 1}
     assert s["direction_counts"] == {"positive": 3, "neutral": 1, "negative": 1}
     assert s["by_family"] == {"finance": {"up": 2, "flat": 0, "down": 0}, "sql": {"up": 0, "flat": 1, "down": 1},
                               "function": {"up": 1, "flat": 0, "down": 0}}
@@ -136,7 +171,7 @@ def test_three_seeds_every_class_and_the_summary_by_hand(tmp_path):
 
     lines = {c.candidate_id: c for c in map(OutcomeCell.model_validate_json, (out / "outcomes.jsonl").read_text().splitlines())}
     assert lines["U1"].outcome == "uncertain" and lines["U1"].seeds == 3
-    assert lines["B1"].full_ci["target"] == pytest.approx((8 - half, 8 + half)) and lines["B1"].trial_delta == pytest.approx(1.6)
+    assert lines["B1"].full_ci["target"] == pytest.approx((8 - pooled, 8 + pooled))  # the deciding interval and lines["B1"].trial_delta == pytest.approx(1.6)
     # the audit counts the uncertain cell apart: in no class, so in no HER / BCov
     audit_cells = [Cell(k, "retro", _features(k), None, "continue", c) for k, c in lines.items()]
     scored = score_policies(audit_cells, PolicyConfig())

@@ -12,7 +12,7 @@ from typing import Any
 
 from experience_bank.results import SHORT_FRACTIONS
 from policies import outcomes
-from policies.stats import clopper_pearson, spearman
+from policies.stats import clopper_pearson, pooled_mean_intervals, spearman
 from agent.config import RunConfig
 
 FRACTIONS = SHORT_FRACTIONS
@@ -46,6 +46,34 @@ def interval_class(ci: dict[str, list[float]], hard_failure: bool = False) -> st
                                            hard_failure=hard_failure)
 
 
+CLASS_METRICS = ("target", *IFEVAL)
+
+
+def _full_values(cell: dict[str, Any], metric: str) -> list[float]:
+    return [b["full_target"] if metric == "target" else b["full_ifeval"][metric] for b in cell["by_seed"]]
+
+
+def pool_classes(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seeded cells with their classes decided on pooled intervals (policies.stats.pooled_mean_intervals):
+    per metric, the between-seed spread is pooled over the cells of one (family, method), which share
+    their controls and their noise, so that three seeds give intervals on the group's degrees of
+    freedom rather than two. Each cell keeps its own-spread class as `outcome_class_per_cell` and its
+    pooled intervals as `ci95_pooled`; a cell of one seed, or a group with no spread to pool, is as it was."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(cells):
+        if len(c.get("by_seed") or ()) > 1:
+            groups.setdefault((c["family"], c["method"]), []).append(i)
+    out = list(cells)
+    for members in groups.values():
+        ci = {m: pooled_mean_intervals([_full_values(cells[i], m) for i in members]) for m in CLASS_METRICS}
+        for j, i in enumerate(members):
+            pooled = {m: list(ci[m][j][1]) for m in CLASS_METRICS}
+            c = cells[i]
+            out[i] = c | {"ci95_pooled": pooled, "outcome_class_per_cell": c["outcome_class"],
+                          "outcome_class": interval_class(pooled, bool(c["full"]["sanity_failures"]))}
+    return out
+
+
 def _agree(a: float, b: float) -> bool:
     return direction(a) == direction(b)
 
@@ -58,6 +86,9 @@ def summarise_cells(cells: list[dict[str, Any]]) -> dict[str, Any]:
     out["n_cells"] = len(cells)
     out["outcome_classes"][outcomes.UNCERTAIN] = len(uncertain)
     out["shortfull"]["left_out_uncertain"] = len(uncertain)
+    per_cell = [c["outcome_class_per_cell"] for c in cells if "outcome_class_per_cell" in c]
+    if per_cell:  # the classes the cells' own spreads would decide, beside the pooled ones
+        out["outcome_classes_per_cell"] = {k: per_cell.count(k) for k in sorted(set(per_cell))}
     return out | {"n_seeds": max((len(c.get("seeds", [c.get("seed")])) for c in cells), default=0),
                   "n_decided": len(cells) - len(uncertain), "uncertain": uncertain,
                   "left_out_uncertain": len(uncertain)}

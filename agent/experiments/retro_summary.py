@@ -57,7 +57,8 @@ def _seeds(led: dict[str, Any]) -> str:
     if len(seeds) == 1:
         return f"seed {seeds[0]}"
     return (f"training seeds {', '.join(map(str, seeds))}: each effect is the mean over the seeds, a cell's class "
-            "is decided only where its 95 % Student-t intervals clear the class boundary (policies/outcomes.py)")
+            "is decided only where its 95 % Student-t intervals clear the class boundary (policies/outcomes.py), the "
+            "between-seed spread pooled over the cells of its family and method (retro_cells.pool_classes)")
 
 
 def _uncertain(t: dict[str, Any]) -> str:
@@ -86,7 +87,9 @@ def summary_markdown(doc: dict[str, Any]) -> str:
     lines += ["## Retrospective", "", f"Direction counts (positive / neutral / negative): "
               f"{t['direction_counts']['positive']} / {t['direction_counts']['neutral']} / "
               f"{t['direction_counts']['negative']}; retention-safe among improving: "
-              f"{t['retention_safe_among_improving']}; outcome classes {t['outcome_classes']}.", "",
+              f"{t['retention_safe_among_improving']}; outcome classes {t['outcome_classes']}"
+              + (f" (pooled intervals; on each cell's own spread: {t['outcome_classes_per_cell']})"
+                 if t.get("outcome_classes_per_cell") else "") + ".", "",
               "| family | up | flat | down |", "|---|---|---|---|",
               *[f"| {f} | {c['up']} | {c['flat']} | {c['down']} |" for f, c in sorted(t["by_family"].items())], "",
               "## ShortFull (20 % trial vs full run)", "",

@@ -29,7 +29,11 @@ shared with the run audit and the replay), with band MIN_EFFECT_PP and IFEval bo
 IFEVAL_DROP_PP fixed in retro_cells.py before any run, on the intervals (at K = 1: the points, so a
 single-seed table is today's); a full run with a failed sanity check on any seed is harmful. A
 cell whose intervals straddle a class boundary is "uncertain": it is counted apart and left
-out of every figure of summary.json (each says how many it left out).
+out of every figure of summary.json (each says how many it left out). The intervals that decide
+are pooled (retro_cells.pool_classes): per metric, the between-seed spread of the cells of one
+(family, method), which share their controls' noise, on the group's degrees of freedom (8 for
+four cells at three seeds, t = 2.31) rather than a cell's own two (t = 4.30). Each cell keeps its
+own-spread interval (`ci95`) and class (`outcome_class_per_cell`) beside, and summary.json both counts.
 
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
 compiled from the seed bank's record of the card against the base-model context, hashed
@@ -62,7 +66,7 @@ from agent.config import RunConfig, eval_sizes
 from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
 from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
-    FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, summarise_cells,
+    FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, pool_classes, summarise_cells,
 )
 from agent.experiments.retro_run import CellPorts, _once, _trial_verdict, run_cell
 from agent.experiments.retro_summary import write_summary
@@ -145,6 +149,11 @@ def freeze_features(out: Path, rows: list[tuple[str, Any]]) -> str:
 _CI_KEYS = {"target": "target", "ifeval_p": "prompt_strict", "ifeval_i": "inst_strict"}
 
 
+def _deciding_ci(cell: dict) -> dict[str, list[float]]:
+    """The full-run intervals a seeded cell's class was decided on: pooled where the table pooled."""
+    return cell.get("ci95_pooled") or cell["ci95"]["full"]
+
+
 def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
     """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
     lines = [OutcomeCell(
@@ -156,7 +165,7 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
               "ifeval_i": c["full"]["ifeval"]["inst_strict"]},
         trial_device_hours=c.get("device_hours", {}).get("trial", 0.0),
         full_device_hours=c.get("device_hours", {}).get("full", 0.0), seeds=len(c.get("seeds", [0])),
-        full_ci={k: tuple(c["ci95"]["full"][m]) for k, m in _CI_KEYS.items()} if c.get("ci95") else {},
+        full_ci={k: tuple(_deciding_ci(c)[m]) for k, m in _CI_KEYS.items()} if c.get("ci95") else {},
     ).model_dump_json() for c in cells]
     write_atomic(out / OUTCOMES_FILE, "".join(x + "\n" for x in lines))
 
@@ -220,9 +229,11 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
         if errors:
             failed[c.id] = "; ".join(errors)[:500]
             continue
-        cell = seeded_cell([o.value for o in mine])
-        write_atomic(out / "cells" / c.id / "cell.json", canonical_json(cell))
-        done.append(cell | {"features": features[c.id].model_dump(mode="json")})
+        done.append(seeded_cell([o.value for o in mine]) | {"features": features[c.id].model_dump(mode="json")})
+    done = pool_classes(done)  # a cell's class reads its group's pooled spread: after every cell is in
+    for cell in done:
+        write_atomic(out / "cells" / cell["id"] / "cell.json",
+                     canonical_json({k: v for k, v in cell.items() if k != "features"}))
     (out / "cells.jsonl").write_text("".join(canonical_json(c) + "\n" for c in done), encoding="utf-8")
     if decision_hashes:
         write_outcomes(out, done, decision_hashes)
