@@ -543,6 +543,9 @@ class Event(Frozen):
     """Why a learned trial rule decided as it did (bcit_predictive's go/no-go): its largest feature
     contributions to the log-odds of P(harmful), (feature, coefficient x standardised value), largest
     |value| first; positive pushes toward no-go. Empty for every other policy."""
+    prior_contributions: tuple[tuple[str, float], ...] = ()
+    """Why bcit_predictive skipped this candidate's trial (rule `bcit_predictive.prior_skip`): the prior-only
+    go/no-go's largest contributions, as trial_contributions. Empty (and omitted) for every other decision."""
     trial_retention_extrapolated: ExtrapolatedRetention | None = None
     """The trial's retention check at full length, where the run froze an extrapolation model
     (`agent run --extrapolation-model`): below the guard, the verdict the policy acted on was Fail
@@ -561,7 +564,7 @@ class Event(Frozen):
     """Why a trial or full run that the decision allowed was not started (budget, no bounded trial)."""
 
     _omit_empty_curve = model_serializer(mode="wrap")(omit_empty("trial_curve", "trial_contributions",
-                                                                 "trial_retention_extrapolated"))
+                                                                 "trial_retention_extrapolated", "prior_contributions"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "Event":

@@ -36,7 +36,8 @@ from experience_bank.records import (
 )
 from policies import stats
 from policies.authorize import (
-    POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash, next_state,
+    NEEDS_GONOGO, POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash,
+    next_state, prior_input, undetermined,
 )
 from policies.curves import CardFacts, card_facts
 from policies.features import compile as compile_features
@@ -153,7 +154,7 @@ def _parse(line: dict) -> Entry:
                  parse_model(Decision, json.dumps(line["decision"])), rec, ctx)
 
 
-def _problems(i: int, line: dict, prev_hash: str) -> tuple[list[str], Entry | None]:
+def _problems(i: int, line: dict, prev_hash: str, gonogo: GoNoGo | None = None) -> tuple[list[str], Entry | None]:
     body = {k: line.get(k) for k in ("seq", "episode_id", "inputs", "decision")}
     out = []
     if line.get("prev_hash") != prev_hash or line.get("seq") != i:
@@ -170,19 +171,23 @@ def _problems(i: int, line: dict, prev_hash: str) -> tuple[list[str], Entry | No
                               conflicted=e.features.conflicted, discounts=e.config.discounts)
         if f2 != e.features:
             out.append(f"line {i}: features do not recompile from the frozen record and context")
-    again = authorize(e.features, e.decision.policy, e.state, e.config)
+    card = card_facts(e.record.card) if e.record is not None else None
+    again = authorize(e.features, e.decision.policy, e.state, e.config, prior_input(e.decision.policy, gonogo, card))
     if again.decision_hash != e.decision.decision_hash:
+        hint = (": its routing reads the run's frozen go/no-go model, audit the run directory"
+                if e.decision.policy in NEEDS_GONOGO and gonogo is None else "")
         out.append(f"line {i}: recomputed decision {again.action}/{again.rule} ({again.decision_hash[:12]}) "
-                   f"differs from recorded {e.decision.action}/{e.decision.rule} ({e.decision.decision_hash[:12]})")
+                   f"differs from recorded {e.decision.action}/{e.decision.rule} ({e.decision.decision_hash[:12]}){hint}")
     return out, e
 
 
-def verify_ledger(lines: list[dict]) -> tuple[list[str], list[Entry], str]:
-    """(problems, parsed entries, head hash); any problem fails the audit."""
+def verify_ledger(lines: list[dict], gonogo: GoNoGo | None = None) -> tuple[list[str], list[Entry], str]:
+    """(problems, parsed entries, head hash); any problem fails the audit. `gonogo`: the run's frozen
+    go/no-go, which bcit_predictive's routing reads (policies.authorize.Prior)."""
     problems, entries, prev = [], [], GENESIS
     for i, line in enumerate(lines):
         try:
-            found, entry = _problems(i, line, prev)
+            found, entry = _problems(i, line, prev, gonogo)
         except (KeyError, TypeError, AttributeError, BadInput) as exc:  # a line that is not an entry at all
             found, entry = [f"line {i}: not a decision-ledger entry ({type(exc).__name__}: {exc})"[:300]], None
         problems += found
@@ -213,7 +218,7 @@ def walk(cells: list[Cell], policy: str, config: PolicyConfig, min_gain_pp: Mapp
     """Route every cell in order under `policy`, spending quota and lease per episode.
     `min_gain_pp`: the gate's adoption threshold per family, which a policy with its own trial
     rule compares its prediction with (None: the gate's default); `gonogo`: the run's frozen
-    go/no-go model (None: bcit_predictive's trial verdicts are undetermined); `retention`: the
+    go/no-go model (None: bcit_predictive's trial verdicts, and its trial skips, are undetermined); `retention`: the
     run's frozen extrapolation model and guard (None: the trials' retention is read as recorded)."""
     gains = dict(min_gain_pp) if min_gain_pp is not None else GateConfig().min_gain_pp
     rows, states = [], {}
@@ -223,7 +228,13 @@ def walk(cells: list[Cell], policy: str, config: PolicyConfig, min_gain_pp: Mapp
         if f is None:
             rows.append({"action": None, "rule": "no frozen record to compile without B_i", "authorized": None, "spent": 0.0})
             continue
-        d = authorize(f, policy, st, config)
+        prior = prior_input(policy, gonogo, c.card)
+        d = authorize(f, policy, st, config, prior)
+        if undetermined(d, prior):  # a Validate the frozen model might have made a skip: never guessed
+            rows.append({"action": None, "rule": "no frozen go/no-go model or card to decide the trial skip",
+                         "authorized": None, "spent": 0.0})
+            states[c.episode_id] = next_state(st, d)
+            continue
         authorized, spent, note, st = _execute(d.action, c, next_state(st, d), config, policy, gains, gonogo, retention)
         states[c.episode_id] = st
         rows.append({"action": d.action, "rule": d.rule, "authorized": authorized, "spent": spent, "after_trial": note})
@@ -389,7 +400,7 @@ def audit(path: str | Path, min_gain_pp: Mapping[str, float] | None = None, gono
     lines = _lines(ledger)
     if not lines:
         raise BadInput(f"{ledger} holds no decisions: nothing to audit")
-    problems, entries, head = verify_ledger(lines)
+    problems, entries, head = verify_ledger(lines, gonogo)
     report = {"ledger": str(ledger), "decisions": len(entries), "frozen_decisions_head": head, "ok": not problems,
               "problems": problems}
     if problems:

@@ -11,6 +11,13 @@ validated instead (or rejected without a faithful trial). Policies that never sk
 (validate_all, applicability_only) or that ignore evidence quality by definition (reuse_all:
 "train every historical candidate with positive source evidence") are unaffected.
 
+`bcit_predictive` is the one policy whose routing reads more than features, state and config: the
+run's frozen go/no-go model and the candidate's card (`Prior`, built by `prior_input`), with which
+it skips the trial of a plain historical Validate where the model's prior-only head authorizes
+(policies.predictive.prior_decision). Both are frozen before the decision (the model's copy is in
+the run directory, its sha256 in the manifest; the card is in the ledger line's record), so the
+audit recomputes the same routing from the same inputs.
+
 `no_applicability` routes exactly like `bcit`; what makes it the ablation is that its
 features are compiled with `use_applicability=False` (see policies.features). Callers that
 start from records use `decide`, which compiles the way the policy needs.
@@ -19,7 +26,8 @@ start from records use `decide`, which compiles the way the policy needs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_serializer
 
@@ -27,6 +35,10 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, decision_hash
 from experience_bank.records import CurrentContext, Decision, Features, Frozen, HistoricalRecord, Proposal, omit_empty
 from policies.features import compile as compile_features
+
+if TYPE_CHECKING:  # scikit-learn behind it: loaded only where a run reads a model (policies.predictive)
+    from policies.curves import CardFacts
+    from policies.gonogo import GoNoGo
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 
@@ -158,10 +170,36 @@ def successive_halving(f, st, cfg):
     return action, rule.replace("validate_all", "successive_halving"), n
 
 
-def bcit_predictive(f, st, cfg):
+@dataclass(frozen=True)
+class Prior:
+    """What bcit_predictive's routing reads besides features, state and config, all frozen before the decision."""
+
+    model: GoNoGo
+    """The run's frozen go/no-go (agent/run/gonogo_model.frozen_model); its prior-only head decides the skip."""
+    card: CardFacts
+    """The candidate's card facts (policies.curves.card_facts)."""
+
+
+SKIPPABLE_RULES = frozenset({"bcit_predictive.validate"})
+"""The Validate rules whose trial the prior-only go/no-go may skip: BCIT's plain historical Validate.
+Not a new proposal's (eq. 13: exploration validates, within its quota) nor a conflicted candidate's
+(contradicted evidence must be tried, §4), nor any Reject (the veto and tau_l stand)."""
+SKIP_RULE = "bcit_predictive.prior_skip"
+
+
+def bcit_predictive(f, st, cfg, prior: Prior | None = None):
     # Routes as bcit; its trial verdict is the learned go/no-go's (policies.predictive, policies.trial_rules).
+    # Where the prior-only go/no-go authorizes a skippable Validate, the evidence suffices: train directly.
     action, rule, n = bcit(f, st, cfg)
-    return action, rule.replace("bcit", "bcit_predictive", 1), n
+    rule = rule.replace("bcit", "bcit_predictive", 1)
+    if rule not in SKIPPABLE_RULES or prior is None:
+        return action, rule, n
+    from policies.predictive import prior_decision  # scikit-learn, only where a run reads a model
+    d = prior_decision(prior.model, prior.card, f)
+    if d is None:  # a prior-only head that authorizes nothing, or none (an older model file): never skips
+        return action, rule, n
+    n = n | {"prior_p_harmful": d.p_harmful, "prior_threshold": d.threshold}
+    return ("train", SKIP_RULE, n) if d.go else (action, rule, n)
 
 
 def reuse_all(f, st, cfg):
@@ -212,7 +250,8 @@ COUNTS_AS_NEW = frozenset({"no_memory"})
 """Policies that spend the exploration quota on historical candidates too."""
 NEEDS_GONOGO = frozenset({"bcit_predictive"})
 """Policies whose trial rule reads a fitted go/no-go model (the run config's gonogo_model, frozen
-in the manifest). Which policies have their own trial rule: policies.trial_rules.TRIAL_RULES."""
+in the manifest), and whose routing reads it too (`Prior`: the trial skip). Which policies have
+their own trial rule: policies.trial_rules.TRIAL_RULES."""
 
 
 # --- the public functions --------------------------------------------------------------
@@ -224,9 +263,24 @@ def _policy(name: str) -> Policy:
     return POLICIES[name]
 
 
-def authorize(features: Features, policy: str, state: EpisodeState, config: PolicyConfig) -> Decision:
-    """Pure: the same features, policy, state and config always give the same Decision and hash."""
-    action, rule, numbers = _policy(policy)(features, state, config)
+def prior_input(policy: str, model: GoNoGo | None, card: CardFacts | None) -> Prior | None:
+    """What `policy`'s routing reads beyond features, state and config: for a policy in NEEDS_GONOGO the
+    run's frozen model and the card, else None. None too where either is missing (an audit without
+    the run's frozen copy): a SKIPPABLE_RULES Validate then cannot be told from a skip (`undetermined`)."""
+    return Prior(model, card) if policy in NEEDS_GONOGO and model is not None and card is not None else None
+
+
+def undetermined(decision: Decision, prior: Prior | None) -> bool:
+    """A decision routed without the frozen inputs its policy reads, where they could have changed it."""
+    return prior is None and decision.policy in NEEDS_GONOGO and decision.rule in SKIPPABLE_RULES
+
+
+def authorize(features: Features, policy: str, state: EpisodeState, config: PolicyConfig,
+              prior: Prior | None = None) -> Decision:
+    """Pure: the same features, policy, state, config and (for a policy in NEEDS_GONOGO) frozen
+    model and card always give the same Decision and hash."""
+    fn = _policy(policy)
+    action, rule, numbers = fn(features, state, config, prior) if policy in NEEDS_GONOGO else fn(features, state, config)
     body = {"candidate_id": features.candidate_id, "action": action, "rule": rule, "numbers": numbers,
             "policy": policy, "policy_version": config.version(), "features": features.model_dump(mode="json")}
     fields = {**body, "features": features}

@@ -136,6 +136,16 @@ FEATURE_NAMES: tuple[str, ...] = tuple(features(PairedRun(
     full={"fraction": 1.0, "target_pp": 0.0, "retention_pp": {}})))
 
 
+def prior_features(card: CardFacts, record: Record | None = None) -> dict[str, float]:
+    """The features known before any trial runs: the card's facts and the record's S, A and grade
+    (the prior-only go/no-go's, GoNoGo.prior: whether the evidence suffices to skip the trial)."""
+    return _card_features(card) | _record_features(record)
+
+
+PRIOR_FEATURE_NAMES: tuple[str, ...] = tuple(n for n in FEATURE_NAMES if n not in _curve_features(()))
+"""FEATURE_NAMES without the curve's: the same names, in the same order, as prior_features gives."""
+
+
 def matrix(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None,
            footing: Footing = "control") -> np.ndarray:
     """Runs x FEATURE_NAMES, curves on `footing`; a run's record is looked up by its card id."""
@@ -200,6 +210,10 @@ class GoNoGo(Frozen):
     fitted before the parent footing existed, which read nothing else."""
     footing_note: str | None = None
     """Why it is not the loop's footing (None: it is)."""
+    prior: GoNoGo | None = None
+    """The prior-only go/no-go: the same fit (labels, alpha, delta, threshold choice) on
+    PRIOR_FEATURE_NAMES alone, what is known before a trial; bcit_predictive skips the trial where it
+    authorizes (policies.predictive.prior_decision). None in models fitted before it existed: never skip."""
 
 
 def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> str:
@@ -327,29 +341,44 @@ def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, 
         calibration: Sequence[PairedRun] | None = None, footing: Footing | None = None) -> GoNoGo:
     """Fit both heads on `runs` and choose the threshold on `calibration` (None: cross-fitted scores
     of `runs` themselves, one model per held-out group of groups_of); the curve features on one
-    footing for every run of both (policies.curves.footing_of; `footing` forces one)."""
+    footing for every run of both (policies.curves.footing_of; `footing` forces one). The prior-only
+    model (GoNoGo.prior) is the same procedure on PRIOR_FEATURE_NAMES' columns of the same runs."""
     check_levels(alpha, delta)
     if len(runs) < 2:
         raise BadInput(f"a go/no-go needs at least 2 paired runs, got {len(runs)}: pass more retrospective cells")
     footing, note = footing_of([*runs, *(calibration or ())], footing)
     x, labels = matrix(runs, records, footing), _labels(runs, band, ifeval_drop_pp)
-    scaler, harm, ben = _fit_heads(x, labels, C)
-    model = GoNoGo(feature_names=FEATURE_NAMES, mean=tuple(float(v) for v in scaler.mean_),
-                   scale=tuple(float(v) for v in scaler.scale_), harmful=harm, beneficial=ben, C=C, alpha=alpha,
-                   delta=delta, threshold=Threshold(threshold=None, calibration="split", n_calibration=0,
-                                                    authorized=0, harmful=0, upper_bound=None),
-                   band=band, ifeval_drop_pp=ifeval_drop_pp, n_train=len(runs),
-                   training_hash=training_hash(runs, records), library_version=library_version,
-                   sklearn_version=sklearn.__version__, footing=footing, footing_note=note)
+    cal = None if calibration is None else (matrix(calibration, records, footing),
+                                            _labels(calibration, band, ifeval_drop_pp))
+    groups = groups_of(runs)[1] if calibration is None else []
+    shared = dict(C=C, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, n_train=len(runs),
+                  training_hash=training_hash(runs, records), library_version=library_version,
+                  sklearn_version=sklearn.__version__, footing=footing, footing_note=note)
+    model = _fit_on(FEATURE_NAMES, x, labels, groups, cal, shared)
+    return model.model_copy(update={"prior": _fit_on(PRIOR_FEATURE_NAMES, x, labels, groups, cal, shared)})
+
+
+def _fit_on(names: tuple[str, ...], x: np.ndarray, labels: Sequence[str], groups: Sequence[str],
+            calibration: tuple[np.ndarray, list[str]] | None, shared: dict[str, Any]) -> GoNoGo:
+    """Both heads on the columns `names` of x (runs x FEATURE_NAMES) and the Learn-then-Test threshold
+    on the calibration runs' (matrix, labels), or, None, on x's out-of-group scores by `groups`."""
+    cols = [FEATURE_NAMES.index(n) for n in names]
+    # C order, as the matrix came: numpy's sums (and so the scaler's mean) depend on the memory layout
+    x = np.ascontiguousarray(x[:, cols])
+    scaler, harm, ben = _fit_heads(x, labels, shared["C"])
+    model = GoNoGo(feature_names=names, mean=tuple(float(v) for v in scaler.mean_),
+                   scale=tuple(float(v) for v in scaler.scale_), harmful=harm, beneficial=ben,
+                   threshold=Threshold(threshold=None, calibration="split", n_calibration=0,
+                                       authorized=0, harmful=0, upper_bound=None), **shared)
     if calibration is not None:
-        cal_labels = _labels(calibration, band, ifeval_drop_pp)
-        p_harm = predict(model, matrix(calibration, records, footing))[1]
+        cal_labels = calibration[1]
+        p_harm = predict(model, np.ascontiguousarray(calibration[0][:, cols]))[1]
         kind: Literal["cross-fitted", "split"] = "split"
     else:
-        cal_labels, kind = labels, "cross-fitted"
-        p_harm = out_of_group_p_harm(x, labels, groups_of(runs)[1], C)
-    chosen = choose_threshold(p_harm, [lab == "harmful" for lab in cal_labels], alpha=alpha, delta=delta,
-                              calibration=kind)
+        cal_labels, kind = list(labels), "cross-fitted"
+        p_harm = out_of_group_p_harm(x, labels, groups, shared["C"])
+    chosen = choose_threshold(p_harm, [lab == "harmful" for lab in cal_labels], alpha=shared["alpha"],
+                              delta=shared["delta"], calibration=kind)
     return model.model_copy(update={"threshold": chosen})
 
 

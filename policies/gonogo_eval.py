@@ -13,6 +13,9 @@ among authorized, every rate with its 95 % Clopper-Pearson interval:
   well they rank, apart from what the alpha bound allows);
 - each of `baselines` (by name): an existing rule, e.g. the 20 % trial's pass;
 - `none`: authorize nothing, the floor any rule has to beat where beneficial runs are rare.
+- `prior-only gonogo` (and `prior-only p_harmful<0.5`): the fold model's prior-only head
+  (GoNoGo.prior: card and record, no curve) under its own threshold, the one that lets
+  bcit_predictive skip a trial; its go count says whether the skip can fire at all.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class Fold(Frozen):
     training_hash: str
     """gonogo.training_hash of the runs the fold's model was fitted on (never the held-out group's)."""
     threshold: float | None
+    prior_threshold: float | None = None
+    """The fold's prior-only threshold (None: it authorizes nothing, never skips)."""
 
 
 class HeldOut(Frozen):
@@ -72,6 +77,10 @@ class HeldOut(Frozen):
     p_beneficial: float
     p_harmful: float
     go: bool
+    prior_p_harmful: float | None = None
+    """The prior-only head's held-out P(harmful)."""
+    prior_go: bool = False
+    """The prior-only head authorizes it: bcit_predictive would skip its trial."""
     baseline_go: dict[str, bool]
     """Each baseline's go, by name."""
 
@@ -85,6 +94,8 @@ class Evaluation(Frozen):
     rules: dict[str, RuleFigures]
     auc_harmful: float | None
     """ROC AUC of the held-out P(harmful) for harmful runs; None with one class only."""
+    auc_harmful_prior: float | None = None
+    """The same of the prior-only head's P(harmful)."""
     folds: tuple[Fold, ...]
     runs: tuple[HeldOut, ...]
     footing: Footing = "control"
@@ -132,6 +143,11 @@ def markdown(e: Evaluation) -> str:
               f"{sorted(t for t in thresholds if t is not None) or 'none'}. Any threshold needs at least "
               f"{gonogo.min_authorized(e.alpha, e.delta)} authorized calibration runs, none of them harmful, "
               f"to pass at this alpha and delta."]
+    prior = [f.prior_threshold for f in e.folds]
+    auc_prior = "undefined (one class)" if e.auc_harmful_prior is None else f"{e.auc_harmful_prior:.3f}"
+    lines += ["", f"Prior-only go/no-go (card and record, no curve: whether bcit_predictive may skip the trial): "
+              f"held-out ROC AUC of P(harmful) {auc_prior}; {sum(t is None for t in prior)} of {len(prior)} folds "
+              f"authorize nothing (never skip); the others: {sorted(t for t in prior if t is not None) or 'none'}."]
     return "\n".join(lines) + "\n"
 
 
@@ -145,7 +161,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         raise BadInput(f"held-out evaluation needs at least {gonogo.MIN_GROUPS} {grouping}s, got {len(set(groups))}: "
                        "pass more retrospective cells or worlds")
     footing, note = footing_of(runs)
-    folds, held = [], {}
+    folds, held, held_prior = [], {}, {}
     for g in dict.fromkeys(groups):
         train = [r for r, gr in zip(runs, groups) if gr != g]
         test = [i for i, gr in enumerate(groups) if gr == g]
@@ -154,8 +170,9 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         x = gonogo.matrix([runs[i] for i in test], records, footing)
         for i, row in zip(test, x):
             held[i] = gonogo.decide(model, dict(zip(gonogo.FEATURE_NAMES, row)))
+            held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo.FEATURE_NAMES, row)))
         folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
-                          threshold=model.threshold.threshold))
+                          threshold=model.threshold.threshold, prior_threshold=model.prior.threshold.threshold))
     outcome = [r.outcome(band=band, ifeval_drop_pp=ifeval_drop_pp) for r in runs]
     p_ben = [held[i].p_beneficial for i in range(len(runs))]
     p_harm = [held[i].p_harmful for i in range(len(runs))]
@@ -163,14 +180,20 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
     rules = {"gonogo": figures([held[i].go for i in range(len(runs))], outcome),
              "p_harmful<0.5": figures([p < 0.5 for p in p_harm], outcome),
              "p_beneficial>=0.5": figures([p >= 0.5 for p in p_ben], outcome),
-             "none": figures([False] * len(runs), outcome)}
+             "none": figures([False] * len(runs), outcome),
+             "prior-only gonogo": figures([held_prior[i].go for i in range(len(runs))], outcome),
+             "prior-only p_harmful<0.5": figures([held_prior[i].p_harmful < 0.5 for i in range(len(runs))], outcome)}
     rules |= {name: figures(go, outcome) for name, go in base.items()}
     harm = [o == "harmful" for o in outcome]
+    two_classes = 0 < sum(harm) < len(harm)
+    p_harm_prior = [held_prior[i].p_harmful for i in range(len(runs))]
     return Evaluation(
         grouping=grouping, n_runs=len(runs), outcomes={k: outcome.count(k) for k in ("beneficial", "harmful", "neutral")},
         alpha=alpha, delta=delta, rules=rules,
-        auc_harmful=float(roc_auc_score(harm, p_harm)) if 0 < sum(harm) < len(harm) else None,
+        auc_harmful=float(roc_auc_score(harm, p_harm)) if two_classes else None,
+        auc_harmful_prior=float(roc_auc_score(harm, p_harm_prior)) if two_classes else None,
         folds=tuple(folds), footing=footing, footing_note=note,
         runs=tuple(HeldOut(card_id=r.card_id, seed=r.seed, world_seed=r.world_seed, outcome=o, p_beneficial=held[i].p_beneficial,
-                           p_harmful=held[i].p_harmful, go=held[i].go, baseline_go={name: go[i] for name, go in base.items()})
+                           p_harmful=held[i].p_harmful, go=held[i].go, prior_p_harmful=held_prior[i].p_harmful,
+                           prior_go=held_prior[i].go, baseline_go={name: go[i] for name, go in base.items()})
                    for i, (r, o) in enumerate(zip(runs, outcome))))

@@ -13,6 +13,14 @@ is no reason to override one. Otherwise (Pass or Inconclusive) the model decides
 authorizes the full run under its frozen Learn-then-Test threshold (P(harmful) <= t), else Fail.
 So the rule never returns Inconclusive and never spends the fallback lease.
 
+Skip (before the trial): the model carries a prior-only go/no-go (GoNoGo.prior), fitted the same
+way on what is known before a trial (the card's facts, the record's S, A and grade). Where BCIT's
+routing gives a plain historical Validate and the prior-only model authorizes it (P(harmful) <= its
+own Learn-then-Test threshold), bcit_predictive trains directly (policies.authorize.bcit_predictive,
+rule `bcit_predictive.prior_skip`): the evidence suffices to skip the trial. `prior_decision` is
+that reading; a model file without the prior (fitted before it existed), or whose prior-only
+threshold is None (it authorizes nothing, as on v4), never skips and leaves the decision as BCIT's.
+
 Footing: a trial's curve is measured against the parent (target) and the initial parent
 (retention); a model fitted on cells that keep the parent's scores read their short runs the same
 way (GoNoGo.footing `parent`). One fitted on older cells read them against matched controls
@@ -26,14 +34,28 @@ from collections.abc import Mapping
 from experience_bank.records import Features
 from policies.authorize import Verdict
 from policies.curves import CardFacts, trial_curve
-from policies.gonogo import GoNoGo, decide, probe_features, top_contributions
+from policies.gonogo import GoDecision, GoNoGo, decide, prior_features, probe_features, top_contributions
+
+
+def _record(features: Features | None) -> dict | None:
+    """The record's numbers the go/no-go reads, from the decision's compiled features."""
+    return features.model_dump(include={"S", "A", "grade"}) if features is not None else None
+
+
+def prior_decision(model: GoNoGo, card: CardFacts, features: Features | None) -> GoDecision | None:
+    """The prior-only go/no-go's reading of a candidate before any trial; `go` means the trial may be
+    skipped. None where it can never skip: the model has no prior-only head (fitted before it
+    existed) or the head's threshold is None (it authorizes nothing); the decision then carries none
+    of its numbers, and hashes as without it."""
+    if model.prior is None or model.prior.threshold.threshold is None:
+        return None
+    return decide(model.prior, prior_features(card, _record(features)))
 
 
 def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, float]], card: CardFacts,
             features: Features | None) -> tuple[Verdict, str, tuple[tuple[str, float], ...]]:
     """(verdict, reason, top contributions) of one trial under the frozen model."""
-    record = features.model_dump(include={"S", "A", "grade"}) if features is not None else None
-    d = decide(model, probe_features(trial_curve(curve), card, record))
+    d = decide(model, probe_features(trial_curve(curve), card, _record(features)))
     top = top_contributions(d)
     if recorded == "fail":
         return "fail", "go/no-go: the trial's own verdict is Fail (a guardrail fired), kept", top

@@ -6,7 +6,8 @@ real; fakes stand only at the world / trainer / evaluator boundary: the compiler
 and each trial's verdict are drawn by hypothesis, a training run writes a fake model.
 bcit_predictive reads a small go/no-go fitted by the real code on synthetic paired runs
 (support/gonogo_fixture.py), frozen into the run as `agent run` freezes it; the walk reads
-the run's frozen copy. A run may also freeze a forgetting extrapolation (support/extrapolation_fixture.py):
+the run's frozen copy; a model whose prior-only head authorizes (support/gonogo_fixture.skip_model)
+makes bcit_predictive skip trials, in the loop's routing and in the walk's alike. A run may also freeze a forgetting extrapolation (support/extrapolation_fixture.py):
 then, for every policy, a trial whose IFEval change extrapolated to full length breaks the guard is a
 Fail in the loop and in the walk alike (policies.trial_rules.acted_verdict).
 """
@@ -26,13 +27,15 @@ from agent.loop.episode import drive
 from agent.run.extrapolation_model import frozen_guard
 from agent.run.gonogo_model import frozen_model
 from policies import POLICIES
-from policies.audit import Cell, read_outcomes, walk
+from policies.audit import Cell, read_outcomes, verify_ledger, walk
 from policies.authorize import NEEDS_GONOGO
 from policies.curves import card_facts
 from policies.features import features_from_row
+from policies.gonogo import top_contributions
+from policies.predictive import prior_decision
 from policies.trial_rules import TRIAL_RULES
 from support import extrapolation_fixture
-from support.gonogo_fixture import write_model
+from support.gonogo_fixture import write_model, write_skip_model
 from support.graph_fakes import FakePorts, make_ctx
 
 SCORE = st.sampled_from([0.0, 0.5, 1.0])
@@ -84,13 +87,17 @@ class DrawnPorts(FakePorts):
 
 
 def _run(run_dir: Path, policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict,
-         shapes: dict | None = None, retention: dict | None = None):
+         shapes: dict | None = None, retention: dict | None = None, skip: bool = False):
     """Drive one episode in `run_dir`: (events, outcome cells by decision hash, policy config, cells
     as the audit builds them, the run's frozen go/no-go, its frozen retention guard). `retention`:
-    each card's IFEval readings at 20 %; given, the run freezes the extrapolation fixture."""
+    each card's IFEval readings at 20 %; given, the run freezes the extrapolation fixture. `skip`: the
+    go/no-go is the skip fixture (its prior-only threshold 0.5: grade A and B evidence skips the trial)."""
     cards = tuple(r["id"] for r in rows)
     ports = DrawnPorts(run_dir, {r["id"]: r for r in rows}, verdicts, gains, shapes, retention)
-    model = str(write_model(run_dir / "model.json")) if policy in NEEDS_GONOGO else None
+    model = None
+    if policy in NEEDS_GONOGO:
+        model = str(write_skip_model(run_dir / "model.json", prior_threshold=0.5) if skip
+                    else write_model(run_dir / "model.json"))
     fit = str(extrapolation_fixture.write_model(run_dir / "fit.json")) if retention is not None else None
     ctx, initial, bank = make_ctx(run_dir, policy=policy, fallback_lease=lease, cards=cards, ports=ports,
                                   max_rejections=len(rows) + 1, gonogo_model=model, extrapolation_model=fit)
@@ -108,12 +115,12 @@ def _run(run_dir: Path, policy: str, lease: int, rows: list[dict], verdicts: dic
 
 
 def _episode(policy: str, lease: int, rows: list[dict], verdicts: dict, gains: dict, shapes: dict | None = None,
-             retention: dict | None = None):
+             retention: dict | None = None, skip: bool = False):
     """(events, outcome cells, policy config, cells as the audit builds them, the run's frozen go/no-go
     and retention guard)."""
     run_dir = Path(tempfile.mkdtemp(prefix="loop-audit-"))
     try:
-        return _run(run_dir, policy, lease, rows, verdicts, gains, shapes, retention)
+        return _run(run_dir, policy, lease, rows, verdicts, gains, shapes, retention, skip)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -142,7 +149,8 @@ def _loop_equals_walk(policy: str, lease: int, data, n, gain) -> None:
     # with an extrapolation model (growth -3 pp), a 20 % reading of 0 breaks the -2 pp guard at full length, 2.5 not
     retention = ({r["id"]: data.draw(st.sampled_from([0.0, 2.5])) for r in rows}
                  if data.draw(st.booleans(), label="extrapolation model") else None)
-    events, _, config, cells, model, guard = _episode(policy, lease, rows, verdicts, gains, shapes, retention)
+    skip = policy in NEEDS_GONOGO and data.draw(st.booleans(), label="a go/no-go whose prior-only head skips")
+    events, _, config, cells, model, guard = _episode(policy, lease, rows, verdicts, gains, shapes, retention, skip)
     assert [e.candidate_id for e in events] == [r["id"] for r in rows]  # every candidate was decided
     assert (guard is None) == (retention is None)
 
@@ -269,3 +277,42 @@ def test_the_extrapolated_retention_fails_a_passing_trial_in_the_loop_and_in_the
     assert (events[0].trial_verdict, events[0].full_run) == ("pass", "not_authorized")
     assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config, retention=guard)] == [False]
     assert [w["authorized"] for w in walk(cells, "early_stop_extrapolation", config)] == [True]
+
+
+def test_bcit_predictive_skips_the_trial_where_the_prior_authorizes_in_the_loop_and_in_the_audit(tmp_path):
+    """Three candidates under the skip fixture (prior-only threshold 0.5). S00, grade B evidence of
+    10 pp: BCIT validates it, the prior-only P(harmful) is far under 0.5, so it trains without a
+    trial. S01, grade C evidence of 6 pp: BCIT validates it, P(harmful) is above 0.5, its trial runs.
+    S02, S00's evidence under a hard conflict: the veto stands. The walk over the frozen model
+    agrees; without it the two Validates are undetermined (either could have been a skip)."""
+    base = {"grade": "B", "is_new": False, "delta_src": 10.0, "kappa": 10.0, "family": 1.0, "data": 1.0,
+            "runtime": 1.0, "parent": 1.0, "protocol": 1.0, "H": 0, "nu": "restart", "chi": 0}
+    rows = [base | {"id": "S00"}, base | {"id": "S01", "grade": "C", "delta_src": 6.0}, base | {"id": "S02", "H": 1}]
+    events, _, config, cells, model, _ = _run(tmp_path, "bcit_predictive", 0, rows, {r["id"]: "pass" for r in rows},
+                                              {r["id"]: 4.0 for r in rows}, {r["id"]: "linear" for r in rows}, skip=True)
+    assert model.prior.threshold.threshold == 0.5
+    assert [(e.action, e.decision.rule) for e in events] == [
+        ("train", "bcit_predictive.prior_skip"), ("validate", "bcit_predictive.validate"),
+        ("reject", "bcit_predictive.hard_conflict")]
+    skipped, tried = events[0], events[1]
+    p00, p01 = (prior_decision(model, c.card, c.features) for c in cells[:2])
+    assert p00.p_harmful < 0.5 < p01.p_harmful
+    assert skipped.decision.numbers["prior_p_harmful"] == p00.p_harmful and skipped.decision.numbers["prior_threshold"] == 0.5
+    assert tried.decision.numbers["prior_p_harmful"] == p01.p_harmful
+    # the skipped candidate ran no trial, trained, and says why; the other ran its trial
+    assert (skipped.trial_verdict, skipped.trial_device_hours, skipped.full_run) == (None, 0.0, "ran")
+    assert skipped.prior_contributions == top_contributions(p00) and len(skipped.prior_contributions) == 5
+    assert tried.trial_verdict == "pass" and not tried.prior_contributions and tried.trial_contributions
+    walked = walk(cells, "bcit_predictive", config, gonogo=model)
+    assert [(w["action"], w["rule"]) for w in walked] == [(e.action, e.decision.rule) for e in events]
+    assert [w["authorized"] for w in walked][0] is True and walked[0]["spent"] == cells[0].outcome.full_device_hours
+    blind = walk(cells, "bcit_predictive", config)
+    assert [w["action"] for w in blind] == [None, None, "reject"]
+    # `agent audit RUN_DIR`: the frozen copy recomputes every decision; without it, the two Validates cannot be
+    lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert [p for p in verify_ledger(lines, model)[0] if "do not recompile" not in p] == []
+    unverified = [p for p in verify_ledger(lines)[0] if "do not recompile" not in p]
+    assert [p.split(":")[0] for p in unverified] == ["line 0", "line 1"]
+    assert all("reads the run's frozen go/no-go model" in p for p in unverified)
+    report = (tmp_path / "report.md").read_text()
+    assert "Go/no-go: trials skipped on the evidence" in report and f"| {round(p00.p_harmful, 3)} | 0.5 |" in report

@@ -122,12 +122,18 @@ def cmd_gonogo(args) -> int:
     runs, records = gonogo_inputs([Path(s) for s in args.sources])
     rule = gonogo_rule(args.alpha, args.delta)
     result = evaluate(runs, records, baselines={"trial pass @0.20": _trial_passes}, **rule)
-    if args.model:
-        write_atomic(Path(args.model), gonogo.dumps(gonogo.fit(runs, records, **rule)))
+    model = gonogo.fit(runs, records, **rule) if args.model else None
+    if model is not None:
+        write_atomic(Path(args.model), gonogo.dumps(model))
     if args.json:
         print(result.model_dump_json(indent=1))
     else:
         print(markdown(result), end="")
+        if model is not None:  # the thresholds the written model freezes, fitted on every run
+            print(f"\n{args.model}: threshold {model.threshold.threshold} on P(harmful) "
+                  f"({model.threshold.authorized} of {model.n_train} cross-fitted runs authorized); prior-only "
+                  f"threshold {model.prior.threshold.threshold} ({model.prior.threshold.authorized} authorized: "
+                  f"{'bcit_predictive may skip trials' if model.prior.threshold.threshold is not None else 'it never skips a trial'}).")
     return 0
 
 

@@ -32,8 +32,11 @@ from experience_bank.records import ActedTrial, CandidateCard, Decision, Event, 
 from experience_bank.runcache import provenance, was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
+from policies.authorize import SKIP_RULE, prior_input
 from policies.curves import card_facts
 from policies.gate import trial_paired_se
+from policies.gonogo import top_contributions
+from policies.predictive import prior_decision
 from policies.trial_rules import OwnVerdict, TrialFacts, acted_verdict
 from trainers.steps import TrialRefused, curve_steps
 from trainers.trial import Reading, measurement
@@ -173,8 +176,11 @@ def authorize(state: State, runtime: Runtime[Ctx]) -> dict:
     episode = _episode_state(state)
     policy = ctx.manifest.policy
     current = ctx.ports.context(state["parent_dir"], state["parent_sha"], state["stage"], _lineage(state))
+    # bcit_predictive's routing reads the run's frozen go/no-go and the card (its trial skip); the audit, the same
+    prior = prior_input(policy.name, frozen_model(ctx.rundir, ctx.manifest), card_facts(entry.record.card))
     decision = once(ctx.rundir.decision_file(state["cursor"]),
-                    lambda: route(ctx.ports.compile(entry, current), policy.name, episode, policy.config), Decision)
+                    lambda: route(ctx.ports.compile(entry, current), policy.name, episode, policy.config, prior),
+                    Decision)
     ctx.bank.record_decision(ctx.episode_id, decision)
     ctx.audit.decision(decision, entry.record, current, episode)
     return {"decision_hash": decision.decision_hash, "action": decision.action, "rule": decision.rule,
@@ -367,6 +373,9 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
                 "trial_curve": trial.curve_table(), "trial_verdict": trial.verdict,
                 "trial_contributions": acted.contributions,
                 "trial_retention_extrapolated": acted.retention_extrapolated}
+    if decision.rule == SKIP_RULE:  # no trial ran: why the prior-only go/no-go let it skip
+        skip = prior_decision(frozen_model(ctx.rundir, ctx.manifest), card_facts(card), decision.features)
+        out["prior_contributions"] = top_contributions(skip)
     if run:
         artefacts.append(run.checkpoint)
     metrics: dict[str, float] = {}

@@ -40,7 +40,8 @@ def read_model(cfg: RunConfig) -> tuple[str, GoNoGoInfo] | None:
                             feature_names=m.feature_names, threshold=m.threshold.threshold, alpha=m.alpha,
                             delta=m.delta, n_train=m.n_train, library_version=m.library_version,
                             sklearn_version=m.sklearn_version, footing=m.footing,
-                            footing_warning=CONTROL_FOOTING_WARNING if m.footing == "control" else None)
+                            footing_warning=CONTROL_FOOTING_WARNING if m.footing == "control" else None,
+                            prior_threshold=m.prior.threshold.threshold if m.prior is not None else None)
 
 
 def freeze_copy(rundir: RunDir, text: str) -> None:

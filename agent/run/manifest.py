@@ -91,6 +91,10 @@ class GoNoGoInfo(Frozen):
     footing_warning: str | None = None
     """policies.curves.CONTROL_FOOTING_WARNING where `footing` is not the loop's, else None: the run still
     uses the model (the published world-v3 model has only the control footing), and says so."""
+    prior_threshold: float | None = None
+    """The prior-only head's threshold (GoNoGo.prior): a plain historical Validate whose prior-only
+    P(harmful) is at or under it skips its trial; None: it never skips (no threshold passed, or a
+    model fitted before the head existed)."""
 
 
 class ExtrapolationInfo(Frozen):

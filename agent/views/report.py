@@ -91,6 +91,15 @@ def gonogo_rows(events: list[Event]) -> list[list[Any]]:
             for e in events if e.trial_contributions]
 
 
+def skip_rows(events: list[Event]) -> list[list[Any]]:
+    """Every trial bcit_predictive skipped: the prior-only go/no-go's P(harmful) against its threshold
+    (the decision's numbers) and its largest contributions."""
+    return [[e.seq, e.candidate_id, round(e.decision.numbers["prior_p_harmful"], 3),
+             e.decision.numbers["prior_threshold"], e.outcome,
+             "; ".join(f"{name} {value:+.2f}" for name, value in e.prior_contributions)]
+            for e in events if e.prior_contributions]
+
+
 TRIAL_HEADER = ["candidate", "verdict", "trial Δval pp", "paired SE pp", "IFEval Δ prompt pp", "IFEval Δ inst pp",
                 "IFEval paired SE pp", "full Δadoption pp"]
 
@@ -293,6 +302,13 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
             + (f" Warning: {manifest.gonogo.footing_warning}." if manifest.gonogo and manifest.gonogo.footing_warning
                else ""),
             Table(["seq", "candidate", "trial verdict", "acted on", "contributions"], why, id="gonogo")]))
+    if skipped := skip_rows(events):
+        out.append(Section("Go/no-go: trials skipped on the evidence (bcit_predictive)", [
+            "The frozen model's prior-only head read each candidate's card and record before any trial; where "
+            "its P(harmful) was at or under its own Learn-then-Test threshold the candidate trained without a "
+            "trial (rule bcit_predictive.prior_skip). Contributions as above, of the prior-only head.",
+            Table(["seq", "candidate", "prior P(harmful)", "threshold", "outcome", "contributions"], skipped,
+                  id="gonogo-skip")]))
     ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",

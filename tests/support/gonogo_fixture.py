@@ -40,3 +40,30 @@ def write_model(path: Path, **kw) -> Path:
     """The fitted model's JSON file, as `agent gonogo --model` writes it."""
     path.write_text(gonogo.dumps(fitted_model(**kw)), encoding="utf-8")
     return path
+
+
+def synthetic_records(runs: list[PairedRun] | None = None) -> dict[str, dict]:
+    """Records whose source evidence foretells the class as the curve does: S 0.0 (grade C) for a
+    harmful run, 0.45 (B) for a neutral one, 0.75 to 1.0 (B or A) for a beneficial one; A = 1 throughout.
+    With them the prior-only head (card and record, no curve) learns to authorize strong evidence."""
+    out = {}
+    for i, run in enumerate(runs or synthetic_runs()):
+        s, grade = [(0.0, "C"), (0.45, "B"), ((0.75, 1.0)[i % 2], ("B", "A")[i % 2])][i % 3]
+        out[run.card_id] = {"S": s, "A": 1.0, "grade": grade}
+    return out
+
+
+def skip_model(alpha: float = 0.2, delta: float = 0.2) -> gonogo.GoNoGo:
+    """A go/no-go fitted on the synthetic runs and records: its prior-only head has a threshold."""
+    return gonogo.fit(synthetic_runs(), synthetic_records(), alpha=alpha, delta=delta, **RULE)
+
+
+def write_skip_model(path: Path, prior_threshold: float | None = None, **kw) -> Path:
+    """skip_model's JSON file; `prior_threshold` replaces its prior-only threshold (0.9 as fitted, which
+    lets nearly every candidate skip; 0.5 keeps grade C's trials and skips grade A's and B's)."""
+    model = skip_model(**kw)
+    if prior_threshold is not None:
+        cut = model.prior.threshold.model_copy(update={"threshold": prior_threshold})
+        model = model.model_copy(update={"prior": model.prior.model_copy(update={"threshold": cut})})
+    path.write_text(gonogo.dumps(model), encoding="utf-8")
+    return path
