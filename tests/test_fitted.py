@@ -74,3 +74,15 @@ def test_the_cli_refuses_before_any_episode_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "every source is of world seed 0" in err
     assert not out.exists()
+
+
+def test_a_source_of_this_catalogue_whose_world_is_not_built_here_is_bad_input(tmp_path, monkeypatch):
+    from agent.world.catalogue import catalogue_sha256  # noqa: PLC0415
+    from agent.experiments.fitted import gonogo_source  # noqa: PLC0415
+
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "empty-cache"))
+    src = _sources(tmp_path, worlds=(7,))[0]
+    (src / "ledger.json").write_text(json.dumps({"world_seed": 7, "world": "default-0123456789ab",
+                                                 "catalogue_sha256": catalogue_sha256()}))
+    with pytest.raises(BadInput, match="agent world build --size default --world-seed 7"):
+        gonogo_source(src)

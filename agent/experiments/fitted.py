@@ -45,12 +45,19 @@ def gonogo_rule(alpha: float, delta: float) -> dict[str, float]:
 
 
 def _cards(path: Path) -> dict:
-    """The catalogue's cards of a retrospective directory, where its catalogue is this one and its world is cached."""
+    """The catalogue's cards of a retrospective directory where its catalogue is this one (else none:
+    its runs are read without card features); BadInput where its world is not built here, since the
+    cards' steps and datasets are the world's and a model fitted without them would differ silently."""
     facts = ledger(path)
     if facts.get("catalogue_sha256") != catalogue_sha256():
         return {}
-    world = cached_world(str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0)))
-    return {c.id: c for c in catalogue(world)} if world is not None else {}
+    size, seed = str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0))
+    world = cached_world(size, seed)
+    if world is None:
+        raise BadInput(f"{path}: its cards are those of world {facts.get('world')} (world seed {seed}), which is not "
+                       f"built on this machine: build it first with `agent world build --size {size} "
+                       f"--world-seed {seed}` (the same CPU kind gives the same world)")
+    return {c.id: c for c in catalogue(world)}
 
 
 def gonogo_source(path: Path) -> tuple[list, dict]:
