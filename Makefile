@@ -67,5 +67,5 @@ COMPARE_WORLDS ?= 0,1,2
 COMPARE_JOBS ?= 2
 compare-worlds: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
-	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-v4 \
+	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-v4 --jobs $(COMPARE_JOBS) \
 	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-v4-w$(w))
