@@ -29,11 +29,16 @@ from policies.curves import CardFacts, trial_curve
 from policies.gonogo import GoNoGo, decide, probe_features, top_contributions
 
 
+def record_of(features: Features | None) -> dict | None:
+    """The record numbers the go/no-go reads of a decision's compiled features: S, A and grade (the
+    refit at consolidation reads them the same way, agent/run/gonogo_refit.py)."""
+    return features.model_dump(include={"S", "A", "grade"}) if features is not None else None
+
+
 def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, float]], card: CardFacts,
             features: Features | None) -> tuple[Verdict, str, tuple[tuple[str, float], ...]]:
     """(verdict, reason, top contributions) of one trial under the frozen model."""
-    record = features.model_dump(include={"S", "A", "grade"}) if features is not None else None
-    d = decide(model, probe_features(trial_curve(curve), card, record))
+    d = decide(model, probe_features(trial_curve(curve), card, record_of(features)))
     top = top_contributions(d)
     if recorded == "fail":
         return "fail", "go/no-go: the trial's own verdict is Fail (a guardrail fired), kept", top
