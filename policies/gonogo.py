@@ -34,7 +34,9 @@ scores; otherwise every run against its matched control, and the model's `footin
 The labels, the full runs' classes, are always against the matched control (policies.outcomes).
 
 Stored as JSON (a Frozen record; never pickle): standardisation, coefficients, feature names,
-the training-data hash, library version, alpha, delta and the threshold. Prediction is computed
+the training-data hash, library version, alpha, delta and the threshold, and the rows it was fitted
+on (feature vectors, labels, group keys), so that `refit` adds paired runs and fits again exactly:
+the loop does at consolidation (agent/run/gonogo_refit.py, docs/gonogo.md). Prediction is computed
 from the stored numbers; tests check it equals sklearn's predict_proba.
 """
 
@@ -346,6 +348,18 @@ def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha:
     return chosen
 
 
+class Settings(Frozen):
+    """What a fit is made with besides its rows: a refit keeps every one of them."""
+
+    alpha: float
+    delta: float
+    band: float
+    ifeval_drop_pp: float
+    C: float
+    footing: Footing
+    footing_note: str | None
+
+
 def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, *, alpha: float, delta: float = 0.1,
         band: float, ifeval_drop_pp: float, C: float = DEFAULT_C, library_version: int | None = None,
         calibration: Sequence[PairedRun] | None = None, footing: Footing | None = None) -> GoNoGo:
@@ -364,18 +378,6 @@ def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, 
     return _fit_rows(rows, Settings(alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C,
                                     footing=footing, footing_note=note),
                      training_hash=training_hash(runs, records), library_version=library_version)
-
-
-class Settings(Frozen):
-    """What a fit is made with besides its rows: a refit keeps every one of them."""
-
-    alpha: float
-    delta: float
-    band: float
-    ifeval_drop_pp: float
-    C: float
-    footing: Footing
-    footing_note: str | None
 
 
 def _rows_of(x: np.ndarray) -> tuple[tuple[float, ...], ...]:
