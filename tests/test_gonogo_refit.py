@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 
 import numpy as np
 import pytest
+from sqlite_utils import Database
 
 from agent.cli.main import main
+from agent.config import RunConfig
 from agent.run.gonogo_model import LIBRARY, LIBRARY_KIND, check_resume, frozen_model, read_model
 from agent.run.gonogo_refit import episode_runs
 from agent.run.report_inputs import ReportInputs
+from experience_bank import migrations
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
@@ -257,7 +261,6 @@ def test_library_without_a_refit_is_one_line_bad_input_and_changes_nothing(tmp_p
 
 
 def test_read_model_with_library_reads_the_version_the_episode_starts_on(tmp_path):
-    from agent.config import RunConfig  # noqa: PLC0415
     path = tmp_path / "b.sqlite"
     with Bank.init(path) as bank:
         bank.create_library_version([], "L0")
@@ -268,3 +271,15 @@ def test_read_model_with_library_reads_the_version_the_episode_starts_on(tmp_pat
         assert info.sha256 == sha256_text(text) and info.source == LIBRARY
         with pytest.raises(BadInput, match="there is none yet"):
             read_model(cfg, bank, v1 - 1)
+
+
+def test_library_on_a_bank_older_than_artefacts_is_refused_without_migrating_it(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = Database(sqlite3.connect(path, isolation_level=None))
+    migrations.apply(db, list(migrations.MIGRATIONS[:5]))
+    db.execute("PRAGMA user_version = 5")
+    db.conn.close()
+    before = _listing(tmp_path)
+    with pytest.raises(BadInput, match="there is none yet"):
+        read_model(RunConfig(policy="bcit_predictive", gonogo_model=LIBRARY, bank=str(path)))
+    assert _listing(tmp_path) == before

@@ -26,6 +26,7 @@ from agent.run.manifest import GoNoGoInfo, Manifest
 from agent.run.rundir import RunDir
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
+from experience_bank.migrations import would_migrate
 from experience_bank.files import write_atomic
 from experience_bank.hashing import sha256_text
 from policies import gonogo
@@ -52,6 +53,8 @@ def library_text(bank_path: str, bank: Bank | None = None, version: int | None =
         if not Path(bank_path).is_file():
             raise BadInput(no_refit)
         check_bank_file(bank_path)  # an SQLite bank, before opening migrates anything else into one
+        if would_migrate(bank_path):  # older than library artefacts: it holds none, and a refusal writes nothing
+            raise BadInput(no_refit)
         with Bank.open(bank_path) as opened:
             return library_text(bank_path, opened, version)
     found = bank.artefact(LIBRARY_KIND, version)
