@@ -283,3 +283,12 @@ def test_library_on_a_bank_older_than_artefacts_is_refused_without_migrating_it(
     with pytest.raises(BadInput, match="there is none yet"):
         read_model(RunConfig(policy="bcit_predictive", gonogo_model=LIBRARY, bank=str(path)))
     assert _listing(tmp_path) == before
+
+
+def test_compare_refuses_library_before_any_episode(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(f"gonogo_model: {LIBRARY}\n")
+    assert main(["compare", "--policies", "bcit,bcit_predictive", "--seeds", "2", "--out", "c",
+                 "--config", "c.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fresh bank" in err[0] and not (tmp_path / "c").exists()
