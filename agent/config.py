@@ -96,7 +96,8 @@ class RunConfig(BaseModel):
     """Authorization policy name (policies.POLICIES)."""
     gonogo_model: str | None = None
     """A fitted go/no-go model (`agent gonogo SOURCES --model OUT.json`): bcit_predictive's trial rule
-    reads it (required for that policy, unread by the others); frozen into the run directory at start."""
+    reads it (required for that policy, unread by the others); frozen into the run directory at start.
+    `library`: the refit the bank's library stores (an earlier bcit_predictive episode's consolidation)."""
     extrapolation_model: str | None = None
     """A fitted forgetting extrapolation (`agent extrapolate ... --save OUT.json`): where given, the
     trial's retention check holds the extrapolated full-length IFEval changes to the guard, for every

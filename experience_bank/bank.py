@@ -313,6 +313,11 @@ class Bank:
                 raise BadInput(f"record {h} fails its hash check: run `agent bank verify` before exporting")
             yield body
 
+    def artefact(self, kind: str, version: int | None = None) -> tuple[int, str] | None:
+        """(the version storing it, its text): the newest artefact of `kind` stored at or before a
+        library version (default: the current one); None where none is."""
+        return library.artefact(self.db, kind, self._version(version))
+
     def create_library_version(self, record_hashes: Iterable[str], note: str) -> int:
         """A new library version holding exactly these stored records; conflicts are flagged."""
         with self._write() as db:
@@ -449,13 +454,16 @@ class Bank:
 
     # --- consolidation and verification -------------------------------------------------
 
-    def consolidate(self, episode_id: str, noise_pp: float = NOISE_PP) -> int:
+    def consolidate(self, episode_id: str, noise_pp: float = NOISE_PP,
+                    artefacts: library.ArtefactTexts | None = None) -> int:
         """L(e+1) = Consolidate(L(e), H_T): provenance check, de-duplication, conflict review.
 
         L(e) is the newest version when the write lock is taken, not the one the episode started
         on: records imported and other episodes consolidated while it ran are in L(e), so none
         of them is dropped from the current library. Idempotent: a consolidated episode returns
-        its version."""
+        its version. `artefacts`: texts the new version stores beside its records, made for its
+        number in the same transaction (the loop's go/no-go refit, agent/run/gonogo_refit.py);
+        the bank stores text and never reads it."""
         with self._write() as db:
             done = db.execute("SELECT version FROM library_versions WHERE episode_id = ?", [episode_id]).fetchone()
             if done is not None:
@@ -469,7 +477,7 @@ class Bank:
             planned = plan(observed, lambda hashes: library.load_records(db, hashes), note, noise_pp, merged)
             planned = library.store_merges(db, planned)
             entries = [(p.hash, p.conflicted, library.missing(self.base_dir, p.artefacts)) for p in planned]
-            version, head = library.insert_version(db, entries, note, base, episode_id)
+            version, head = library.insert_version(db, entries, note, base, episode_id, artefacts)
             self._heads.append(heads.library_line(version, head))
             return version
 

@@ -3,7 +3,8 @@
 Two kinds of chain (BCIT §7 needs both to be auditable offline):
 - the library chain: each library version commits to its entries (a streaming hash over the
   entry list in the order the bank serves it, each line carrying the record hash, its flags and
-  its replicate members) and to the previous version's head;
+  its replicate members), to its artefacts where it has any (library_artefacts: kind -> sha256)
+  and to the previous version's head;
 - one journal per episode: every decision, event, staged observation and the finish, in write
   order, each entry a hash over every column of its row, linked from a genesis that commits to
   the episode header (manifest hash, library version, start time).
@@ -69,8 +70,18 @@ def stored_entries_digest(db: Database, version: int) -> str:
 
 
 def version_digest(row: dict) -> str:
-    """Hash over a library version's header, its entry digest included."""
-    return content_hash({k: row[k] for k in VERSION_COLUMNS})
+    """Hash over a library version's header, its entry digest included, and its artefacts' digest
+    where it has artefacts (a version without any hashes as before the column existed)."""
+    header = {k: row[k] for k in VERSION_COLUMNS}
+    if row.get("artefacts_hash") is not None:
+        header["artefacts_hash"] = row["artefacts_hash"]
+    return content_hash(header)
+
+
+def stored_artefacts_digest(db: Database, version: int) -> str | None:
+    """Hash over a version's artefacts (kind -> the sha256 of its body, as stored); None without any."""
+    rows = db.execute("SELECT kind, sha256 FROM library_artefacts WHERE version = ? ORDER BY kind", [version]).fetchall()
+    return content_hash({kind: sha for kind, sha in rows}) if rows else None
 
 
 def version_head(prev_head: str, row: dict) -> str:
@@ -84,11 +95,12 @@ def library_head(db: Database) -> str:
 
 def insert_version(db: Database, row: dict) -> str:
     """Append a library version header (its entries are already inserted); return its head."""
-    row = {**row, "entries_hash": stored_entries_digest(db, row["version"])}
+    row = {**row, "entries_hash": stored_entries_digest(db, row["version"]),
+           "artefacts_hash": stored_artefacts_digest(db, row["version"])}
     head = version_head(library_head(db), row)
-    db.execute("INSERT INTO library_versions (version, base_version, episode_id, note, created_at, entries_hash, head) "
-               "VALUES (:version, :base_version, :episode_id, :note, :created_at, :entries_hash, :head)",
-               {**row, "head": head})
+    db.execute("INSERT INTO library_versions (version, base_version, episode_id, note, created_at, entries_hash, head, "
+               "artefacts_hash) VALUES (:version, :base_version, :episode_id, :note, :created_at, :entries_hash, :head, "
+               ":artefacts_hash)", {**row, "head": head})
     return head
 
 

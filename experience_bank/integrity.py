@@ -5,7 +5,8 @@ included, against what the migrations create; every record body against its hash
 columns that duplicate body fields (kind, card id, context hash) against the body; every
 decision against its fields; every event chain; every episode journal (each decision, event,
 staged observation and finish, every column, `written_at` included); every library version's
-entries and header (flags, missing artefacts, replicate members) and the chain of versions. With a head log it also catches a history rewritten with every
+entries and header (flags, missing artefacts, replicate members), its stored artefacts (each body
+against its sha256, the set against the header's artefacts hash) and the chain of versions. With a head log it also catches a history rewritten with every
 hash recomputed (`heads.py`). Every SQLite error becomes a problem line naming the file,
 the table and the last row read, never a traceback.
 
@@ -322,15 +323,18 @@ def _journals(db: Database, at: _At) -> list[str]:
 def _library(db: Database, at: _At) -> list[str]:
     at.table = "library_versions"
     bad, prev = [], chains.LIBRARY_GENESIS
-    rows = db.execute(f"SELECT {', '.join(chains.VERSION_COLUMNS)}, head FROM library_versions ORDER BY version")
+    rows = db.execute(f"SELECT {', '.join(chains.VERSION_COLUMNS)}, artefacts_hash, head FROM library_versions "
+                      "ORDER BY version")
     for expected, values in enumerate(rows.fetchall()):
-        row = dict(zip(chains.VERSION_COLUMNS, values))
+        row = dict(zip((*chains.VERSION_COLUMNS, "artefacts_hash"), values))
         v, head = row["version"], values[-1]
         at.table, at.row = "library_entries", f"version {v}"
         if v != expected:
             bad.append(f"library_versions: version {expected} is missing (deleted)")
         if chains.stored_entries_digest(db, v) != row["entries_hash"]:
             bad.append(f"library version {v}: its entries do not match its entries hash (added, removed or edited)")
+        elif chains.stored_artefacts_digest(db, v) != row["artefacts_hash"]:
+            bad.append(f"library version {v}: its artefacts do not match its artefacts hash (added, removed or edited)")
         elif chains.version_head(prev, row) != head:
             bad.append(f"library version {v}: its header or its link to version {v - 1} does not match its head")
         prev = head
@@ -338,6 +342,14 @@ def _library(db: Database, at: _At) -> list[str]:
     bad += [f"library_entries: {count} entries of version {v}, which does not exist" for v, count in db.execute(
         "SELECT e.version, count(*) FROM library_entries e LEFT JOIN library_versions l ON l.version = e.version "
         "WHERE l.version IS NULL GROUP BY e.version")]
+    at.table = "library_artefacts"
+    for v, kind, sha, body in db.execute("SELECT version, kind, sha256, body FROM library_artefacts ORDER BY rowid"):
+        at.row = f"version {v} {kind}"
+        if sha256_text(body) != sha:
+            bad.append(f"library_artefacts: the {kind} artefact of version {v} does not match its sha256 (edited)")
+    bad += [f"library_artefacts: {count} artefacts of version {v}, which does not exist" for v, count in db.execute(
+        "SELECT a.version, count(*) FROM library_artefacts a LEFT JOIN library_versions l ON l.version = a.version "
+        "WHERE l.version IS NULL GROUP BY a.version")]
     return bad
 
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
 from pydantic import TypeAdapter
 from sqlite_utils import Database
@@ -127,9 +127,16 @@ def observations(db: Database, version: int, episode_id: str) -> tuple[list[Fact
     return out + staged, merges
 
 
+ArtefactTexts = Callable[[int], Mapping[str, str]]
+"""The artefacts a new library version stores beside its records, made for its number: the
+version -> {kind: text}. Called inside the write transaction: an exception rolls the version back."""
+
+
 def insert_version(db: Database, entries: list[tuple[str, bool, tuple[str, ...]]], note: str,
-                   base: int | None, episode_id: str | None) -> tuple[int, str]:
-    """Append a library version of (record hash, conflicted, missing) entries; return (version, head)."""
+                   base: int | None, episode_id: str | None,
+                   artefacts: ArtefactTexts | None = None) -> tuple[int, str]:
+    """Append a library version of (record hash, conflicted, missing) entries and the artefacts made
+    for it; return (version, head)."""
     (latest,) = db.execute("SELECT max(version) FROM library_versions").fetchone()
     version = 0 if latest is None else latest + 1
     seen: set[str] = set()
@@ -141,9 +148,33 @@ def insert_version(db: Database, entries: list[tuple[str, bool, tuple[str, ...]]
     with migrations.bulk_insert(db, "library_entries"):  # every key is new: a new version, no repeats
         db.conn.executemany("INSERT INTO library_entries (version, record_hash, conflicted, missing) "
                             "VALUES (?, ?, ?, ?)", rows)
+    for kind, text in sorted((artefacts(version) if artefacts is not None else {}).items()):
+        _check_kind(kind)
+        db.execute("INSERT INTO library_artefacts (version, kind, sha256, body, written_at) VALUES (?, ?, ?, ?, ?)",
+                   [version, kind, sha256_text(text), text, now()])
     head = chains.insert_version(db, {"version": version, "base_version": base, "episode_id": episode_id,
                                       "note": note, "created_at": now()})
     return version, head
+
+
+def _check_kind(kind: str) -> None:
+    if not (isinstance(kind, str) and kind.isidentifier()):
+        raise BadInput(f"artefact kind {kind!r} is not a name: use letters, digits and _")
+
+
+def artefact(db: Database, kind: str, version: int) -> tuple[int, str] | None:
+    """(the version that stores it, its text): the newest artefact of `kind` at or before `version`
+    (a version that stored none, an import's or another policy's episode's, keeps the one before),
+    its body checked against its sha256; None where no version up to `version` has one."""
+    row = db.execute("SELECT version, sha256, body FROM library_artefacts WHERE kind = ? AND version <= ? "
+                     "ORDER BY version DESC LIMIT 1", [kind, version]).fetchone()
+    if row is None:
+        return None
+    found, sha, body = row
+    if sha256_text(body) != sha:
+        raise BadInput(f"the {kind} artefact of library version {found} fails its hash check: run `agent bank verify` "
+                       "and restore the bank from a copy")
+    return found, body
 
 
 def store_merges(db: Database, planned: list[Planned]) -> list[Planned]:

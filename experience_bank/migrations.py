@@ -115,8 +115,8 @@ def _no_replace(table: str) -> str:
     return f"{table}_no_replace"
 
 
-def _refuse_conflicts(db: Database, table: str) -> None:
-    key, same = _KEYS[table]
+def _refuse_conflicts(db: Database, table: str, keys: dict | None = None) -> None:
+    key, same = (keys or _KEYS)[table]
     refuse = f"SELECT RAISE(ABORT, '{table} rows are frozen: an INSERT over an existing key (REPLACE) refused')"
     body = (f"{refuse}; " if same is None else
             f"{refuse} WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE ({key}) AND {same}); SELECT RAISE(IGNORE); ")
@@ -192,12 +192,29 @@ def m005_tamper_evidence(db: Database) -> None:
         _refuse_conflicts(db, table)
 
 
+_ARTEFACT_KEYS = {"library_artefacts": ("version = NEW.version AND kind = NEW.kind", None)}
+"""Not in _KEYS: m005 creates the triggers of every table there, and this one is younger."""
+
+
+def m006_library_artefacts(db: Database) -> None:
+    # A library version's artefacts besides its records (the go/no-go refit at consolidation):
+    # one text body per kind, its sha256, frozen like every row; the version header commits to
+    # them through artefacts_hash (NULL in versions without any, whose heads stay as they were).
+    db["library_artefacts"].create(
+        {"version": int, "kind": str, "sha256": str, "body": str, "written_at": str},
+        pk=("version", "kind"), not_null={"sha256", "body", "written_at"})
+    db["library_versions"].add_column("artefacts_hash", str)  # ALTER TABLE: no row is updated
+    _freeze(db, "library_artefacts")
+    _refuse_conflicts(db, "library_artefacts", _ARTEFACT_KEYS)
+
+
 MIGRATIONS: tuple[tuple[str, Callable[[Database], None]], ...] = (
     ("m001_records", m001_records),
     ("m002_library", m002_library),
     ("m003_episodes", m003_episodes),
     ("m004_freeze", m004_freeze),
     ("m005_tamper_evidence", m005_tamper_evidence),
+    ("m006_library_artefacts", m006_library_artefacts),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

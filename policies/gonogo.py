@@ -34,7 +34,9 @@ scores; otherwise every run against its matched control, and the model's `footin
 The labels, the full runs' classes, are always against the matched control (policies.outcomes).
 
 Stored as JSON (a Frozen record; never pickle): standardisation, coefficients, feature names,
-the training-data hash, library version, alpha, delta and the threshold. Prediction is computed
+the training-data hash, library version, alpha, delta and the threshold, and the rows it was fitted
+on (feature vectors, labels, group keys), so that `refit` adds paired runs and fits again exactly:
+the loop does at consolidation (agent/run/gonogo_refit.py, docs/gonogo.md). Prediction is computed
 from the stored numbers; tests check it equals sklearn's predict_proba.
 """
 
@@ -55,6 +57,7 @@ from experience_bank.families import FAMILIES
 from experience_bank.records import Frozen, Grade, parse_model
 from experience_bank.results import SHORT_FRACTIONS
 from policies.curves import RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on, footing_of
+from policies.outcomes import OutcomeClass
 from policies.stats import clopper_pearson
 
 FRACTIONS = SHORT_FRACTIONS
@@ -183,6 +186,21 @@ class Threshold(Frozen):
     """Their harmful share's one-sided Clopper-Pearson bound at 1 - delta / len(THRESHOLDS)."""
 
 
+class TrainingRows(Frozen):
+    """What a fit learned from, as data, so that `refit` can add rows and fit again exactly: each
+    run's feature vector (the model's feature_names, on its footing), its label (the outcome class
+    of its full run under the model's band and IFEval drop) and its group keys (groups_of)."""
+
+    x: tuple[tuple[float, ...], ...]
+    """Training runs x feature_names."""
+    labels: tuple[OutcomeClass, ...]
+    world_seeds: tuple[int, ...]
+    card_ids: tuple[str, ...]
+    calibration_x: tuple[tuple[float, ...], ...] | None = None
+    """A split calibration's runs x feature_names (None: cross-fitted on the training runs)."""
+    calibration_labels: tuple[OutcomeClass, ...] | None = None
+
+
 class GoNoGo(Frozen):
     """A fitted go/no-go: everything prediction needs, as data (stored as JSON, never pickled)."""
 
@@ -214,6 +232,9 @@ class GoNoGo(Frozen):
     """The prior-only go/no-go: the same fit (labels, alpha, delta, threshold choice) on
     PRIOR_FEATURE_NAMES alone, what is known before a trial; bcit_predictive skips the trial where it
     authorizes (policies.predictive.prior_decision). None in models fitted before it existed: never skip."""
+    rows: TrainingRows | None = None
+    """What it was fitted on, for `refit`; None in models fitted before the rows were kept (they load
+    and decide as before; a refit of one is BadInput)."""
 
 
 def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> str:
@@ -284,9 +305,14 @@ def groups_of(runs: Sequence[PairedRun]) -> tuple[Literal["world", "card"], list
     """Held-out groups: one per world seed where runs carry at least MIN_GROUPS worlds, else one per
     card (all its seeds and worlds: two worlds are too few folds to hold one out, but a card held
     out of both still never informs its own prediction)."""
-    if len({r.world_seed for r in runs}) >= MIN_GROUPS:
-        return "world", [f"world {r.world_seed}" for r in runs]
-    return "card", [r.card_id for r in runs]
+    return group_keys([r.world_seed for r in runs], [r.card_id for r in runs])
+
+
+def group_keys(world_seeds: Sequence[int], card_ids: Sequence[str]) -> tuple[Literal["world", "card"], list[str]]:
+    """groups_of from each run's world seed and card id (what a model's TrainingRows keep)."""
+    if len(set(world_seeds)) >= MIN_GROUPS:
+        return "world", [f"world {w}" for w in world_seeds]
+    return "card", list(card_ids)
 
 
 def out_of_group_p_harm(x: np.ndarray, labels: Sequence[str], groups: Sequence[str], C: float) -> np.ndarray:
@@ -336,6 +362,18 @@ def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha:
     return chosen
 
 
+class Settings(Frozen):
+    """What a fit is made with besides its rows: a refit keeps every one of them."""
+
+    alpha: float
+    delta: float
+    band: float
+    ifeval_drop_pp: float
+    C: float
+    footing: Footing
+    footing_note: str | None
+
+
 def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, *, alpha: float, delta: float = 0.1,
         band: float, ifeval_drop_pp: float, C: float = DEFAULT_C, library_version: int | None = None,
         calibration: Sequence[PairedRun] | None = None, footing: Footing | None = None) -> GoNoGo:
@@ -347,15 +385,35 @@ def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, 
     if len(runs) < 2:
         raise BadInput(f"a go/no-go needs at least 2 paired runs, got {len(runs)}: pass more retrospective cells")
     footing, note = footing_of([*runs, *(calibration or ())], footing)
-    x, labels = matrix(runs, records, footing), _labels(runs, band, ifeval_drop_pp)
-    cal = None if calibration is None else (matrix(calibration, records, footing),
-                                            _labels(calibration, band, ifeval_drop_pp))
-    groups = groups_of(runs)[1] if calibration is None else []
-    shared = dict(C=C, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, n_train=len(runs),
-                  training_hash=training_hash(runs, records), library_version=library_version,
-                  sklearn_version=sklearn.__version__, footing=footing, footing_note=note)
+    split = calibration is not None
+    rows = TrainingRows(x=_rows_of(matrix(runs, records, footing)), labels=tuple(_labels(runs, band, ifeval_drop_pp)),
+                        world_seeds=tuple(r.world_seed for r in runs), card_ids=tuple(r.card_id for r in runs),
+                        calibration_x=_rows_of(matrix(calibration, records, footing)) if split else None,
+                        calibration_labels=tuple(_labels(calibration, band, ifeval_drop_pp)) if split else None)
+    return _fit_rows(rows, Settings(alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C,
+                                    footing=footing, footing_note=note),
+                     training_hash=training_hash(runs, records), library_version=library_version)
+
+
+def _rows_of(x: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(v) for v in row) for row in x)
+
+
+def _fit_rows(rows: TrainingRows, s: Settings, *, training_hash: str, library_version: int | None) -> GoNoGo:
+    """The go/no-go on every feature of the rows (which it keeps, for `refit`) and its prior-only head
+    on PRIOR_FEATURE_NAMES' columns (GoNoGo.prior), each with its threshold on the split calibration
+    rows or, where there are none, on the rows' own cross-fitted scores (one model per held-out
+    group of group_keys)."""
+    x, labels = np.array(rows.x, dtype=float), list(rows.labels)
+    cal = None if rows.calibration_x is None else (np.array(rows.calibration_x, dtype=float),
+                                                   list(rows.calibration_labels or ()))
+    groups = group_keys(rows.world_seeds, rows.card_ids)[1] if cal is None else []
+    shared = dict(C=s.C, alpha=s.alpha, delta=s.delta, band=s.band, ifeval_drop_pp=s.ifeval_drop_pp,
+                  n_train=len(labels), training_hash=training_hash, library_version=library_version,
+                  sklearn_version=sklearn.__version__, footing=s.footing, footing_note=s.footing_note)
     model = _fit_on(FEATURE_NAMES, x, labels, groups, cal, shared)
-    return model.model_copy(update={"prior": _fit_on(PRIOR_FEATURE_NAMES, x, labels, groups, cal, shared)})
+    return model.model_copy(update={"rows": rows, "prior": _fit_on(PRIOR_FEATURE_NAMES, x, labels, groups, cal,
+                                                                   shared)})
 
 
 def _fit_on(names: tuple[str, ...], x: np.ndarray, labels: Sequence[str], groups: Sequence[str],
@@ -380,6 +438,60 @@ def _fit_on(names: tuple[str, ...], x: np.ndarray, labels: Sequence[str], groups
     chosen = choose_threshold(p_harm, [lab == "harmful" for lab in cal_labels], alpha=shared["alpha"],
                               delta=shared["delta"], calibration=kind)
     return model.model_copy(update={"threshold": chosen})
+
+
+# --- refitting with more paired runs (at consolidation: agent/run/gonogo_refit.py) ------------------
+
+HOW_TO_REFIT = "fit it again with `agent gonogo SOURCES --model OUT.json`, which keeps the rows"
+
+
+def settings(model: GoNoGo) -> Settings:
+    """The settings a model was fitted with (what its refit keeps)."""
+    return Settings(alpha=model.alpha, delta=model.delta, band=model.band, ifeval_drop_pp=model.ifeval_drop_pp,
+                    C=model.C, footing=model.footing, footing_note=model.footing_note)
+
+
+def refit_refusal(model: GoNoGo) -> str | None:
+    """Why the model cannot be refit (one line naming the fix), or None where it can."""
+    if model.rows is None:
+        return (f"the go/no-go model (training hash {model.training_hash[:12]}) carries no training rows (fitted "
+                f"before they were kept), so it cannot be refit: {HOW_TO_REFIT}")
+    if tuple(model.feature_names) != FEATURE_NAMES:  # its rows are vectors of another feature list
+        return (f"the go/no-go model's {len(model.feature_names)} features differ from this code's "
+                f"{len(FEATURE_NAMES)}, so it cannot be refit: {HOW_TO_REFIT}")
+    return None
+
+
+def refit(model: GoNoGo, runs: Sequence[PairedRun], records: Sequence[Record | None], *,
+          library_version: int | None) -> GoNoGo:
+    """The model fitted again on its own rows plus `runs` (each with its record, aligned), with the
+    same alpha, delta, C, footing and outcome settings; the labels of the new runs are
+    `_labels`' under the model's band and IFEval drop. Its training hash chains the old one and
+    the added runs (unchanged when none is added: the same rows give the same coefficients).
+    BadInput for a model without rows, or runs without the curve its footing reads."""
+    if (why := refit_refusal(model)) is not None:
+        raise BadInput(why)
+    if len(records) != len(runs):
+        raise BadInput(f"refit got {len(runs)} paired runs but {len(records)} records: give one record (or None) "
+                       "per run")
+    footing_of(runs, model.footing)  # BadInput where a run lacks the curve the model's footing reads
+    old = model.rows
+    rows = old.model_copy(update={
+        "x": old.x + tuple(tuple(features(r, rec, model.footing)[n] for n in model.feature_names)
+                           for r, rec in zip(runs, records)),
+        "labels": old.labels + tuple(_labels(runs, model.band, model.ifeval_drop_pp)),
+        "world_seeds": old.world_seeds + tuple(r.world_seed for r in runs),
+        "card_ids": old.card_ids + tuple(r.card_id for r in runs)})
+    return _fit_rows(rows, settings(model), training_hash=refit_hash(model.training_hash, runs, records),
+                     library_version=library_version)
+
+
+def refit_hash(base: str, runs: Sequence[PairedRun], records: Sequence[Record | None]) -> str:
+    """The training hash of a refit: the base's, chained with the added runs and their records in order."""
+    if not runs:
+        return base
+    added = [{"run": r.model_dump(mode="json"), "record": _record_features(rec)} for r, rec in zip(runs, records)]
+    return content_hash({"refit_of": base, "added": added})
 
 
 # --- deciding -------------------------------------------------------------------------------------------

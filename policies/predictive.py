@@ -37,11 +37,6 @@ from policies.curves import CardFacts, trial_curve
 from policies.gonogo import GoDecision, GoNoGo, decide, prior_features, probe_features, top_contributions
 
 
-def _record(features: Features | None) -> dict | None:
-    """The record's numbers the go/no-go reads, from the decision's compiled features."""
-    return features.model_dump(include={"S", "A", "grade"}) if features is not None else None
-
-
 def prior_decision(model: GoNoGo, card: CardFacts, features: Features | None) -> GoDecision | None:
     """The prior-only go/no-go's reading of a candidate before any trial; `go` means the trial may be
     skipped. None where it can never skip: the model has no prior-only head (fitted before it
@@ -49,13 +44,19 @@ def prior_decision(model: GoNoGo, card: CardFacts, features: Features | None) ->
     of its numbers, and hashes as without it."""
     if model.prior is None or model.prior.threshold.threshold is None:
         return None
-    return decide(model.prior, prior_features(card, _record(features)))
+    return decide(model.prior, prior_features(card, record_of(features)))
+
+
+def record_of(features: Features | None) -> dict | None:
+    """The record numbers the go/no-go reads of a decision's compiled features: S, A and grade (the
+    refit at consolidation reads them the same way, agent/run/gonogo_refit.py)."""
+    return features.model_dump(include={"S", "A", "grade"}) if features is not None else None
 
 
 def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, float]], card: CardFacts,
             features: Features | None) -> tuple[Verdict, str, tuple[tuple[str, float], ...]]:
     """(verdict, reason, top contributions) of one trial under the frozen model."""
-    d = decide(model, probe_features(trial_curve(curve), card, _record(features)))
+    d = decide(model, probe_features(trial_curve(curve), card, record_of(features)))
     top = top_contributions(d)
     if recorded == "fail":
         return "fail", "go/no-go: the trial's own verdict is Fail (a guardrail fired), kept", top

@@ -17,11 +17,12 @@ def test_init_sets_wal_full_and_migrations(tmp_path):
         assert bank.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert bank.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert bank.db.execute("PRAGMA page_size").fetchone()[0] == 8192
-        assert bank.schema_version() == SCHEMA_VERSION == 5
+        assert bank.schema_version() == SCHEMA_VERSION == 6
         names = [r["name"] for r in bank.db["_migrations"].rows]
-    assert names == ["m001_records", "m002_library", "m003_episodes", "m004_freeze", "m005_tamper_evidence"]
+    assert names == ["m001_records", "m002_library", "m003_episodes", "m004_freeze", "m005_tamper_evidence",
+                     "m006_library_artefacts"]
     with Bank.init(path) as again:  # idempotent
-        assert again.schema_version() == 5
+        assert again.schema_version() == 6
 
 
 def test_open_refuses_missing_and_newer(tmp_path):
@@ -32,7 +33,7 @@ def test_open_refuses_missing_and_newer(tmp_path):
     raw = sqlite3.connect(path)
     raw.execute("PRAGMA user_version = 9")
     raw.close()
-    with pytest.raises(BadInput, match=r"bank schema 9 is newer than this agent \(5\): upgrade the agent"):
+    with pytest.raises(BadInput, match=r"bank schema 9 is newer than this agent \(6\): upgrade the agent"):
         Bank.open(path)
 
 

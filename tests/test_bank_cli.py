@@ -104,7 +104,7 @@ def test_missing_and_newer_bank_exit_2(tmp_path, bank_file, capsys):
     raw.close()
     before = _digest(bank_file)
     assert main(["bank", "list", "--bank", str(bank_file)]) == 2
-    assert "bank schema 99 is newer than this agent (5): upgrade the agent" in capsys.readouterr().err
+    assert "bank schema 99 is newer than this agent (6): upgrade the agent" in capsys.readouterr().err
     assert _digest(bank_file) == before
 
 

@@ -284,10 +284,10 @@ def test_downgraded_bank_is_refused_in_one_line(tmp_path, capsys):
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     before = path.read_bytes()
-    with pytest.raises(BadInput, match="disagrees with the 5 migrations it records"):
+    with pytest.raises(BadInput, match="disagrees with the 6 migrations it records"):
         Bank.open(path)
     err = _one_line_exit(["bank", "verify", "--bank", str(path)], capsys, 2)
-    assert len(err) == 1 and "PRAGMA user_version = 5" in err[0]
+    assert len(err) == 1 and "PRAGMA user_version = 6" in err[0]
     assert path.read_bytes() == before
 
 
@@ -314,7 +314,7 @@ def test_a_schema_4_bank_is_upgraded_and_anchored(tmp_path):
                [body, sha256_text(body), genesis, chain_hash(genesis, sha256_text(body))])
     db.conn.close()
     with Bank.open(path) as bank:
-        assert bank.schema_version() == 5
+        assert bank.schema_version() == 6
         assert bank.verify(against=heads.log_path(path)) == []
         assert [e.hash for e in bank.library_records()] == [row["hash"]]
         assert bank.db.execute("SELECT kind FROM journal ORDER BY n").fetchall() == [("decision",), ("event",)]

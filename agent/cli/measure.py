@@ -15,6 +15,7 @@ from agent.experiments.fitted import gonogo_inputs, gonogo_rule, held_out_source
 from agent.world.embedded import check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
+from policies.authorize import NEEDS_GONOGO
 from trainers.steps import MAX_TRIAL_FRACTION
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
@@ -168,7 +169,10 @@ def cmd_compare(args) -> int:
 
     cfg = build_config(args.config)
     from agent.run import extrapolation_model  # noqa: PLC0415 (scipy)
-    from agent.run.gonogo_model import read_model  # noqa: PLC0415 (scikit-learn)
+    from agent.run.gonogo_model import LIBRARY, read_model  # noqa: PLC0415 (scikit-learn)
+    if cfg.gonogo_model == LIBRARY and NEEDS_GONOGO & set(policies):
+        raise BadInput(f"agent compare gives every episode a fresh bank, so --gonogo-model {LIBRARY} has no refit "
+                       "to read there: pass a fitted model file (agent gonogo SOURCES --model OUT.json)")
     for policy in policies:  # bcit_predictive's go/no-go: before any episode starts
         read_model(cfg.model_copy(update={"policy": policy}))
     extrapolation_model.read_model(cfg)  # and the trials' extrapolation, where the config names one

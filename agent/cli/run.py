@@ -24,8 +24,10 @@ def register(sub) -> None:
     p.add_argument("--episode-budget", dest="episode_budget", help="device-hours, e.g. 36gpuh, 2.5h, 90m")
     p.add_argument("--config", help="YAML run config (runs/default.yaml, runs/test.yaml, runs/qwen3-4b.yaml)")
     p.add_argument("--policy", help="authorization policy (default bcit)")
-    p.add_argument("--gonogo-model", dest="gonogo_model", metavar="JSON",
-                   help="fitted go/no-go (agent gonogo SOURCES --model OUT.json): bcit_predictive's trial rule")
+    p.add_argument("--gonogo-model", dest="gonogo_model", metavar="JSON|library",
+                   help="fitted go/no-go (agent gonogo SOURCES --model OUT.json): bcit_predictive's trial rule; "
+                        "`library`: the refit the bank's library stores (each bcit_predictive episode's "
+                        "consolidation refits the model it froze on its paired runs)")
     p.add_argument("--extrapolation-model", dest="extrapolation_model", metavar="JSON",
                    help="fitted forgetting extrapolation (agent extrapolate ... --save OUT.json): the trial's "
                         "retention check reads the extrapolated full-length change, for every policy")

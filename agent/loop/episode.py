@@ -219,7 +219,7 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
                             n=cfg.target_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                             sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.target_n})
-    model, extrapolation = read_model(cfg), extrapolation_model.read_model(cfg)
+    model, extrapolation = read_model(cfg, bank, version), extrapolation_model.read_model(cfg)
     manifest = build_manifest(
         episode_id=run_dir.episode_id, config=cfg, budget_h=budget_h,
         initial=ModelAt(dir=world.base_dir, sha256=world.model.sha256),

@@ -47,7 +47,7 @@ from agent.run.extrapolation_model import frozen_guard
 from agent.run.gonogo_model import frozen_model
 from agent.run.manifest import ENDPOINT_SPLIT
 from agent.loop.proposer import load_or_propose
-from agent.loop.reporting import report_inputs
+from agent.loop.reporting import refit_plan, report_inputs
 from agent.views.modelcard import write_promotion_cards
 from agent.views.report import write_report
 
@@ -456,10 +456,13 @@ def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
 
 
 def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
-    """Close the history and consolidate it into a new frozen library version."""
+    """Close the history and consolidate it into a new frozen library version, which stores the
+    go/no-go refit on the episode's paired runs where the run froze one (agent/run/gonogo_refit.py;
+    planned before anything is written, made in the bank's transaction for the new version's number)."""
     ctx = runtime.context
+    refit = refit_plan(ctx)
     ctx.bank.finish_episode(ctx.episode_id)
-    return {"library_version": ctx.bank.consolidate(ctx.episode_id)}
+    return {"library_version": ctx.bank.consolidate(ctx.episode_id, artefacts=refit.texts if refit else None)}
 
 
 def report(state: State, runtime: Runtime[Ctx]) -> dict:

@@ -11,7 +11,9 @@ from policies.features import compatibility_summary
 
 from agent.loop.state import Ctx, State
 from agent.run.checkpoints import checkpoint_marks
-from agent.run.report_inputs import Compatibility, ReportInputs
+from agent.run.gonogo_model import LIBRARY_KIND
+from agent.run.gonogo_refit import Plan, plan, summary
+from agent.run.report_inputs import Compatibility, RefitSummary, ReportInputs
 
 
 def compatibility(ctx: Ctx, events: list[Event]) -> list[Compatibility]:
@@ -56,10 +58,25 @@ def episode_wall(ctx: Ctx) -> float:
     return max(time.time() - marks[0][1], 0.0) if marks else 0.0
 
 
+def refit_plan(ctx: Ctx) -> Plan | None:
+    """The go/no-go refit of this episode's consolidation (None: the run froze no model)."""
+    return plan(ctx.rundir, ctx.manifest, ctx.bank.events(ctx.episode_id),
+                {h: e.record.card for h, e in ctx.entries.items()})
+
+
+def gonogo_refit(ctx: Ctx, version: int | None) -> RefitSummary | None:
+    """What consolidation did with the go/no-go (None: the run froze none, or it is not consolidated)."""
+    refit = refit_plan(ctx)
+    if refit is None or version is None:
+        return None
+    return summary(refit, ctx.bank.artefact(LIBRARY_KIND, version), version)
+
+
 def report_inputs(ctx: Ctx, state: State) -> ReportInputs:
     events = ctx.bank.events(ctx.episode_id)
     return ReportInputs(manifest_hash=state.get("manifest_hash") or "", stop_reason=state.get("stop_reason") or "",
                         stage=state.get("stage", 0), library_version=state.get("library_version"),
                         final_parent_sha256=state.get("parent_sha") or ctx.manifest.initial.sha256,
                         events=tuple(events), compatibility=tuple(compatibility(ctx, events)),
-                        captrack_drift=captrack_drift(ctx, events), wall_seconds=episode_wall(ctx))
+                        captrack_drift=captrack_drift(ctx, events), wall_seconds=episode_wall(ctx),
+                        gonogo_refit=gonogo_refit(ctx, state.get("library_version")))

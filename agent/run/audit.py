@@ -48,12 +48,10 @@ def outcome_cell(event, card, manifest: Manifest):
     """The OutcomeCell of one event that ran: trial verdict and delta, full-run effects, and the
     outcome class (policies.outcomes) where a full run was judged by the gate."""
     g, family = manifest.gate, card.family
-    full, cls = {}, None
-    if event.target_gain is not None and set(event.retention) >= {g.ifeval_prompt_metric, g.ifeval_instruction_metric}:
-        full = {"target": event.target_gain, "ifeval_p": event.retention[g.ifeval_prompt_metric],
-                "ifeval_i": event.retention[g.ifeval_instruction_metric]}
+    full, cls = full_run(event, manifest) or {}, None
+    if full:
         cls = outcome_class(full["target"], full["ifeval_p"], full["ifeval_i"], band=g.min_gain_pp[family],
-                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=event.gate_decided_by == "hard_failures")
+                            ifeval_drop_pp=g.ifeval_max_drop_pp, hard_failure=full_hard_failure(event))
     fraction = _short_fraction(manifest.trial.fraction)
     short = {k: p["target"] for k, p in event.trial_curve.items() if k in _SHORT_KEYS}  # the trial's curve
     short |= {fraction: event.trial_delta} if event.trial_delta is not None and fraction is not None else {}
@@ -61,6 +59,21 @@ def outcome_cell(event, card, manifest: Manifest):
                        family=family, method=card.method, trial_verdict=event.trial_verdict, trial_delta=event.trial_delta,
                        short=short, trial_curve=event.trial_curve, full=full, trial_device_hours=event.trial_device_hours,
                        full_device_hours=max(event.cost_device_hours - event.trial_device_hours, 0.0))
+
+
+def full_run(event, manifest: Manifest) -> dict[str, float] | None:
+    """An event's full run as the gate judged it: the target gain vs the parent and both IFEval strict
+    effects vs the initial parent, adoption split (pp); None where no full run was judged on all three."""
+    g = manifest.gate
+    if event.target_gain is None or not set(event.retention) >= {g.ifeval_prompt_metric, g.ifeval_instruction_metric}:
+        return None
+    return {"target": event.target_gain, "ifeval_p": event.retention[g.ifeval_prompt_metric],
+            "ifeval_i": event.retention[g.ifeval_instruction_metric]}
+
+
+def full_hard_failure(event) -> bool:
+    """Whether the gate rejected the full run for a hard failure (the outcome rule's hard_failure)."""
+    return event.gate_decided_by == "hard_failures"
 
 
 _SHORT_KEYS = frozenset(f"{f:.2f}" for f in SHORT_FRACTIONS)

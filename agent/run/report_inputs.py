@@ -35,6 +35,28 @@ class Compatibility(Frozen):
     """Hard conflict name -> times it fired."""
 
 
+class RefitSummary(Frozen):
+    """What consolidation did with the run's go/no-go model (agent/run/gonogo_refit.py): its refit, or why none."""
+
+    refit: bool
+    """Whether the new library version stores a refit model."""
+    reason: str
+    """What was added, or why nothing was."""
+    added: int
+    """Paired runs of the episode added to the model's rows."""
+    n_train_before: int
+    n_train_after: int | None
+    threshold_before: float | None
+    """The frozen model's Learn-then-Test threshold (None: none chosen, it authorizes nothing)."""
+    threshold_after: float | None
+    training_hash_before: str
+    training_hash_after: str | None
+    library_version: int | None
+    """The library version that stores the refit."""
+    sha256: str | None
+    """sha256 of the stored refit's text."""
+
+
 class ReportInputs(Frozen):
     """Written by the loop's report node before the report; read by the report alone."""
 
@@ -57,3 +79,5 @@ class ReportInputs(Frozen):
     sub-capability -> relative drift (%) against the initial parent (None: unknown)."""
     wall_seconds: Annotated[float, Field(ge=0.0)]
     """From the episode's first checkpoint to the report (0: it did not run under the loop)."""
+    gonogo_refit: RefitSummary | None = None
+    """The go/no-go refit consolidation stored, or why none (None: the run froze no model)."""

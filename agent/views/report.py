@@ -29,7 +29,7 @@ from experience_bank.results import GateCheck, GateVerdict, SuiteResult
 from trainers.ledger import Ledger
 
 from agent.run.manifest import ENDPOINT_SPLIT, Manifest
-from agent.run.report_inputs import Compatibility, ReportInputs
+from agent.run.report_inputs import Compatibility, RefitSummary, ReportInputs
 from agent.run.rundir import RunDir
 from agent.run.approvals import report_rows
 from agent.views.charts import burn_down_chart, ifeval_chart, trajectory_chart
@@ -309,6 +309,8 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
             "trial (rule bcit_predictive.prior_skip). Contributions as above, of the prior-only head.",
             Table(["seq", "candidate", "prior P(harmful)", "threshold", "outcome", "contributions"], skipped,
                   id="gonogo-skip")]))
+    if inputs.gonogo_refit is not None:
+        out.append(_refit_section(inputs.gonogo_refit))
     ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",
@@ -329,6 +331,24 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
         Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
     out.append(time_section(ledger.charges(rd.episode_id), inputs.wall_seconds))
     return out
+
+
+def _threshold(t: float | None) -> str:
+    return "none chosen (authorizes nothing)" if t is None else f"{t:g}"
+
+
+def _refit_section(refit: RefitSummary) -> Section:
+    """What consolidation did with the run's go/no-go model: its refit on the episode's paired runs."""
+    if not refit.refit:
+        return Section("Go/no-go refit at consolidation", [f"Not refit: {refit.reason}."])
+    return Section("Go/no-go refit at consolidation", [
+        f"Library version {refit.library_version} stores the model refit on its rows plus the episode's paired runs "
+        f"(sha256 {(refit.sha256 or '')[:12]}; a later run reads it with --gonogo-model library): {refit.reason}.",
+        Table(["", "before (the run's frozen model)", "after (the refit)"], [
+            ["paired runs (n_train)", refit.n_train_before, refit.n_train_after],
+            ["threshold on P(harmful)", _threshold(refit.threshold_before), _threshold(refit.threshold_after)],
+            ["training hash", refit.training_hash_before[:16], (refit.training_hash_after or "")[:16]]],
+              id="gonogo-refit")])
 
 
 def _ifeval_section(rd: RunDir, manifest: Manifest, events: list[Event]) -> Section:

@@ -36,6 +36,17 @@ def fitted_model(alpha: float = 0.2, delta: float = 0.2) -> gonogo.GoNoGo:
     return gonogo.fit(synthetic_runs(), alpha=alpha, delta=delta, **RULE)
 
 
+def on_parent(runs: list[PairedRun]) -> list[PairedRun]:
+    """The runs with their short curves on the parent footing too (here the same readings), so a fit
+    reads them as a loop's trial reads (footing `parent`)."""
+    return [r.model_copy(update={"parent_curve": r.curve}) for r in runs]
+
+
+def parent_model(alpha: float = 0.2, delta: float = 0.2) -> gonogo.GoNoGo:
+    """fitted_model's runs on the parent footing: the model a loop refits at consolidation."""
+    return gonogo.fit(on_parent(synthetic_runs()), alpha=alpha, delta=delta, **RULE)
+
+
 def write_model(path: Path, **kw) -> Path:
     """The fitted model's JSON file, as `agent gonogo --model` writes it."""
     path.write_text(gonogo.dumps(fitted_model(**kw)), encoding="utf-8")

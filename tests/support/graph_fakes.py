@@ -191,8 +191,11 @@ class KillingBank:
     def events(self, episode_id):
         return self.bank.events(episode_id)
 
-    def consolidate(self, episode_id):
-        return self.bank.consolidate(episode_id)
+    def consolidate(self, episode_id, artefacts=None):
+        return self.bank.consolidate(episode_id, artefacts=artefacts)
+
+    def artefact(self, kind, version=None):
+        return self.bank.artefact(kind, version)
 
 
 def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
@@ -206,9 +209,10 @@ def library_bank(path: Path, cards=tuple(PLAN)) -> Bank:
 
 def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, policy: str = "bcit",
              fallback_lease: int = 1, cards=tuple(PLAN), ports=None, approve: str | None = None,
-             gonogo_model: str | None = None, extrapolation_model: str | None = None):
+             gonogo_model: str | None = None, extrapolation_model: str | None = None, episode_id: str = "E-fake"):
     """`gonogo_model`: a go/no-go file, frozen into the run as agent run freezes it (bcit_predictive);
-    `extrapolation_model`: an extrapolation file, frozen likewise (any policy)."""
+    `extrapolation_model`: an extrapolation file, frozen likewise (any policy); `episode_id`: another
+    id, for a second episode in a bank copied from a first."""
     from agent.run import extrapolation_model as extrapolation
     from agent.config import RunConfig
     from agent.run.audit import RunAudit
@@ -233,7 +237,7 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
         if fit is not None:
             extrapolation.freeze_copy(rd, fit[0])
         rd.freeze(build_manifest(
-            episode_id="E-fake", config=cfg, budget_h=budget_h,
+            episode_id=episode_id, config=cfg, budget_h=budget_h,
             initial=ModelAt(dir=str(base), sha256=base_sha),
             world=WorldId(size="test", recipe_sha256=bf.sha("recipe"), chat_template_sha256=bf.sha("tpl")),
             library_version=bank.current_library_version(), candidate_hashes=[], evaluators=Evaluators(
@@ -242,7 +246,6 @@ def make_ctx(run_dir: Path, budget_h: float = 100.0, max_rejections: int = 5, po
             extrapolation=fit[1] if fit else None))
     manifest = rd.manifest()
     entries = {e.hash: Entry(e.hash, e.record, e.conflicted) for e in bank.library_records(manifest.library_version)}
-    episode_id = "E-fake"
     bank.start_episode(episode_id, manifest.manifest_hash, manifest.library_version)
     ctx = Ctx(rundir=rd, episode_id=episode_id, manifest=manifest, entries=entries, ports=ports or FakePorts(run_dir),
               bank=KillingBank(bank), ledger=Ledger(str(rd.ledger_file)), audit=RunAudit(rd, manifest))
