@@ -149,12 +149,19 @@ PRIOR_FEATURE_NAMES: tuple[str, ...] = tuple(n for n in FEATURE_NAMES if n not i
 """FEATURE_NAMES without the curve's: the same names, in the same order, as prior_features gives."""
 
 
+def record_key(world_seed: int, card_id: str) -> str:
+    """Where a paired run's record is among `records`: a card's record (its S, A and grade, compiled
+    against that world's base model) is one per world, so the runs of one card on two worlds each
+    read their own."""
+    return f"{card_id}@w{world_seed}"
+
+
 def matrix(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None,
            footing: Footing = "control") -> np.ndarray:
-    """Runs x FEATURE_NAMES, curves on `footing`; a run's record is looked up by its card id."""
+    """Runs x FEATURE_NAMES, curves on `footing`; a run's record is looked up by record_key."""
     records = records or {}
-    return np.array([[features(r, records.get(r.card_id), footing)[n] for n in FEATURE_NAMES] for r in runs],
-                    dtype=float)
+    return np.array([[features(r, records.get(record_key(r.world_seed, r.card_id)), footing)[n] for n in FEATURE_NAMES]
+                     for r in runs], dtype=float)
 
 
 # --- the stored model ------------------------------------------------------------------------------
@@ -239,7 +246,7 @@ class GoNoGo(Frozen):
 
 def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> str:
     """content_hash of the training data: the runs in order and the records they read."""
-    used = {r.card_id for r in runs}
+    used = {record_key(r.world_seed, r.card_id) for r in runs}
     # A run without a parent curve hashes as before the field existed: a refit of the same runs keeps its hash.
     return content_hash({"runs": [r.model_dump(mode="json", exclude={"parent_curve"} if r.parent_curve is None else None)
                                   for r in runs],

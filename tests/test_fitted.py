@@ -86,3 +86,17 @@ def test_a_source_of_this_catalogue_whose_world_is_not_built_here_is_bad_input(t
                                                  "catalogue_sha256": catalogue_sha256()}))
     with pytest.raises(BadInput, match="agent world build --size default --world-seed 7"):
         gonogo_source(src)
+
+
+def test_each_worlds_runs_read_that_worlds_record_of_a_card(tmp_path):
+    from agent.experiments.fitted import gonogo_inputs  # noqa: PLC0415
+
+    sources = _sources(tmp_path, worlds=(0, 1))
+    for w, s in ((0, 0.2), (1, 0.9)):  # the same cards, compiled against two worlds' base models
+        lines = [json.dumps({"cell": c.name, "features": {"S": s, "A": 1.0, "grade": "B"}})
+                 for c in sorted((sources[w] / "cells").iterdir())]
+        (sources[w] / "features.jsonl").write_text("\n".join(lines) + "\n")
+    runs, records = gonogo_inputs(sources)
+    x = gonogo.matrix(runs, records)
+    col = gonogo.FEATURE_NAMES.index("S")
+    assert {(r.world_seed, float(v)) for r, v in zip(runs, x[:, col])} == {(0, 0.2), (1, 0.9)}

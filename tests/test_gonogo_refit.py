@@ -57,7 +57,7 @@ def test_a_refit_adds_exactly_the_new_runs_and_equals_a_fit_on_all_of_them():
     assert refit.rows.card_ids[36:] == tuple(r.card_id for r in new)
     assert refit.training_hash == gonogo.refit_hash(model.training_hash, new, records) != model.training_hash
     # the same rows fitted from scratch give the same numbers: the stored rows are what `fit` read
-    from_scratch = gonogo.fit(old + new, {r.card_id: rec for r, rec in zip(new, records) if rec}, alpha=0.2,
+    from_scratch = gonogo.fit(old + new, {gonogo.record_key(r.world_seed, r.card_id): rec for r, rec in zip(new, records) if rec}, alpha=0.2,
                               delta=0.2, **RULE)
     assert _same_fit(refit, from_scratch) and refit.rows == from_scratch.rows
 

@@ -61,14 +61,17 @@ def _cards(path: Path) -> dict:
 
 
 def gonogo_source(path: Path) -> tuple[list, dict]:
-    """(paired runs, records by card id) of one source; cards only where this catalogue and world made it."""
+    """(paired runs, records by policies.gonogo.record_key) of one source; cards only where this catalogue
+    and world made it."""
     if path.is_file():
         return paired_runs_json(path), {}
     if not path.is_dir():
         raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
-    features = path / "features.jsonl"
-    records = ({(row := loads_strict(line))["cell"]: row["features"] for line in features.read_text().splitlines()}
-               if features.is_file() else {})
+    from policies.gonogo import record_key  # noqa: PLC0415 (scikit-learn)
+
+    features, world_seed = path / "features.jsonl", int(ledger(path).get("world_seed", 0))
+    records = ({record_key(world_seed, (row := loads_strict(line))["cell"]): row["features"]
+                for line in features.read_text().splitlines()} if features.is_file() else {})
     return paired_runs(path, cards=_cards(path)), records
 
 
