@@ -62,10 +62,13 @@ worlds: $(STAMP)
 # policy at 6 paired seeds on each world, pooled over (world, seed); bcit_predictive's go/no-go and
 # every trial's forgetting extrapolation fitted on the *other* worlds' retrospectives only
 # (--fit-from, leave-one-world-out). Resumable: run it again and it picks up where it stopped.
+# Run directories stay under $(MEASURE_DIR); each finished episode's digest (small JSON) and the
+# tables are kept in docs/results/compare-v4/, so a commit of it resumes on another machine.
 COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,no_memory
 COMPARE_WORLDS ?= 0,1,2
 COMPARE_JOBS ?= 2
 compare-worlds: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
 	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-v4 --jobs $(COMPARE_JOBS) \
+	  --results $(RESULTS_DIR)/compare-v4 \
 	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-v4-w$(w))

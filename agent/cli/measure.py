@@ -42,11 +42,16 @@ def register(sub) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="episodes at once on this machine (default 1; with --address the cluster's nodes bound them)")
     p.add_argument("--fit-from", dest="fit_from", nargs="+", default=None, metavar="RETRO_DIR",
-                   help="executed retrospective (or --results) directories of several world seeds: each world's "
+                   help="executed retrospective (or `agent retrospective --results`) directories of several world seeds: each world's "
                         "go/no-go (bcit_predictive) and trial extrapolation (every policy) are fitted on the other "
                         "worlds' only, written to its comparison directory and passed to its episodes")
     p.add_argument("--gonogo-alpha", dest="gonogo_alpha", type=float, default=0.1,
                    help="with --fit-from: harmful among authorized the go/no-go bounds (default 0.1)")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="a small results directory (one JSON digest per finished episode, the tables; no runs; with "
+                        "--world-seeds, DIR/world-N/) that survives this machine: episodes found there are not run "
+                        "again when measured with the same config, budget, models, world and code, and every "
+                        "episode finished now is kept there (commit it to resume elsewhere)")
     _execution_flags(p)
     p.set_defaults(func=cmd_compare)
 
@@ -182,15 +187,17 @@ def cmd_compare(args) -> int:
     resources = task_resources(cfg)  # what one episode holds on a Ray worker
     _no_cache(args)
     fit = _fit(args, cfg, world_seeds)
+    results = Path(args.results) if args.results else None
     with session(args.executor, address=args.address, jobs=args.jobs, resources=resources) as executor:
         if world_seeds:
             summary = compare_worlds(Path(args.out), policies, list(range(args.seeds)), world_seeds,
                                      budget=args.episode_budget, config=args.config, n_jobs=args.jobs,
-                                     executor=executor, fit=fit)
+                                     executor=executor, fit=fit, results=results)
         else:
             summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
-                              config=args.config, n_jobs=args.jobs, executor=executor, fit=fit)
-    print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png")
+                              config=args.config, n_jobs=args.jobs, executor=executor, fit=fit, results=results)
+    print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png"
+          + (f"; the episodes' digests and the tables in {args.results}" if args.results else ""))
     from agent.views.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)
 
     log_comparison(Path(args.out))

@@ -7,8 +7,10 @@ episode's consolidation leaks into another's), the same config and the same budg
 manifest (`pairing` in compare.json) rather than assumed.
 
 Three layers, so the statistics are testable without running a model:
-- `read_episode(run_dir)` (agent/experiments/episodes.py) reads what an episode recorded (its
-  manifest, its bank's events, verdicts and evaluations, through RunDir) into an EpisodeResult;
+- `digest(run_dir)` (agent/experiments/episodes.py) reads what an episode recorded (its
+  manifest, its bank's events, verdicts and evaluations, through RunDir) as small JSON, and
+  `episode_result(digest)` turns it into an EpisodeResult; with `--results DIR` the digests are
+  kept in DIR and taken from it instead of running again (agent/experiments/compare_results.py);
 - `summarise(episodes)` is pure aggregation (per policy, per pair of policies);
 - `run_jobs(...)` runs the episodes as `agent run` subprocesses through an executor
   (agent/experiments/executor.py: threads of this machine, or Ray tasks on a cluster), each
@@ -37,11 +39,15 @@ from typing import Any
 from policies.authorize import NEEDS_GONOGO
 from policies.stats import paired_t_interval, sign_flip_test
 from agent.experiments.compare_output import write_outputs
-from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, adoption_metrics, endpoint_mean,
-                                        read_episode, unit)
+from agent.config import build_config
+from agent.experiments import compare_results as CR
+from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, digest, endpoint_mean,
+                                        episode_result, unit)
+from agent.experiments.episodes import read_episode  # noqa: F401 (compare's reader of one run directory, re-exported)
 from agent.experiments.executor import Executor, Job, LocalExecutor
-from agent.experiments.fitted import fit_for_world, fitted_summary
+from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary
 from agent.run.rundir import RunDir
+from trainers.ledger import parse_budget
 
 
 def cache_summary(episodes: list[EpisodeResult]) -> dict[str, Any]:
@@ -179,13 +185,14 @@ def _tail(path: Path, n: int = 2000) -> str:
     return path.read_text(encoding="utf-8", errors="replace")[-n:] if path.exists() else ""
 
 
-def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any]:
-    """Run (or resume, or skip) one episode; its status is written to DIR/jobs/<name>.json."""
+def run_one(out: Path, policy: str, seed: int, argv: list[str], keep: CR.Keep | None = None) -> dict[str, Any]:
+    """Run (or resume, or skip) one episode; its status is written to DIR/jobs/<name>.json and a
+    finished one's digest is returned with it (and kept in `keep`'s results directory)."""
     name = job_name(policy, seed)
     run_dir, log = out / "episodes" / name, out / "logs" / f"{name}.log"
     status: dict[str, Any] = {"policy": policy, "seed": seed, "run_dir": str(run_dir), "argv": argv}
     if RunDir(run_dir).finished():
-        return status | {"status": "done", "skipped": True}
+        return _digested(status | {"status": "done", "skipped": True}, keep)
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log, "a", encoding="utf-8") as f:
@@ -199,62 +206,84 @@ def run_one(out: Path, policy: str, seed: int, argv: list[str]) -> dict[str, Any
         status |= {"status": "failed", "error": f"exit {rc}; log {log}: {_tail(log, 400)}"}
     (out / "jobs").mkdir(parents=True, exist_ok=True)
     (out / "jobs" / f"{name}.json").write_text(json.dumps(status, indent=1), encoding="utf-8")
-    return status
+    return _digested(status, keep) if status["status"] == "done" else status
+
+
+def _digested(status: dict[str, Any], keep: CR.Keep | None) -> dict[str, Any]:
+    """A finished job's status with its episode's digest, kept in the results directory when there
+    is one; an unreadable episode is reported, not skipped."""
+    try:
+        d = digest(Path(status["run_dir"]))
+    except (OSError, KeyError, ValueError) as exc:
+        return status | {"status": "unreadable", "error": f"{type(exc).__name__}: {exc}"}
+    if keep is not None:
+        CR.publish(keep, job_name(status["policy"], status["seed"]), d)
+    return status | {"digest": d}
 
 
 def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executor,
-             argv_for: Callable[[Path, str, int], list[str]]) -> list[dict[str, Any]]:
-    """Every (policy, seed) episode through the executor (agent.experiments.executor); a job that
-    raises is recorded as failed, the others go on."""
+             argv_for: Callable[[Path, str, int], list[str]], stored: CR.Stored | None = None) -> list[dict[str, Any]]:
+    """Every (policy, seed) episode through the executor (agent.experiments.executor), but those a
+    results directory (`stored`) holds, which are taken from it; a job that raises is recorded as
+    failed, the others go on. Each episode finished now is kept in the results directory."""
+    taken = stored.taken if stored else {}
     grid = [(p, s) for s in seeds for p in policies]
-    results = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s))) for p, s in grid])
-    return [o.value if o.error is None else {"policy": p, "seed": s, "status": "failed", "error": o.error}
-            for (p, s), o in zip(grid, results)]
+    todo = [(p, s) for p, s in grid if job_name(p, s) not in taken]
+    outcomes = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s), stored.keep(job_name(p, s)) if stored else None))
+                             for p, s in todo])
+    ran = {(p, s): o.value if o.error is None else {"policy": p, "seed": s, "status": "failed", "error": o.error}
+           for (p, s), o in zip(todo, outcomes)}
+    return [ran[(p, s)] if (p, s) in ran else
+            {"policy": p, "seed": s, "status": "done", "digest": taken[job_name(p, s)],
+             "taken_from": str(CR.episode_file(stored.results, job_name(p, s)))} for p, s in grid]
 
 
 def collect(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """EpisodeResults of the finished jobs; an unreadable episode is reported, not skipped."""
+    """EpisodeResults of the jobs, the finished ones' from their digests (run here or taken from a
+    results directory: the same code); an unreadable episode is reported, not skipped."""
+    scores = _initial_adoption([st["digest"] for st in statuses if st["status"] == "done"])
     episodes = []
     for st in statuses:
         base = {"policy": st["policy"], "seed": st["seed"], "status": st["status"]}
         if st["status"] != "done":
             episodes.append(base | {"error": st.get("error", "")})
             continue
+        d, where = st["digest"], {k: st[k] for k in ("run_dir", "taken_from") if k in st}
         try:
-            episodes.append(base | read_episode(Path(st["run_dir"])))
-        except (OSError, KeyError, ValueError) as exc:
+            episodes.append(base | where | episode_result(d, scores.get(d["initial_sha256"])))
+        except (KeyError, TypeError, ValueError) as exc:
             episodes.append(base | {"status": "unreadable", "error": f"{type(exc).__name__}: {exc}"})
-    return _with_initial_adoption(episodes)
+    return episodes
 
 
-def _with_initial_adoption(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Re-read the episodes that never scored their initial parent on adoption with the scores a
-    paired episode recorded for the same weights (where several did, they must agree)."""
+def _initial_adoption(digests: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The initial parents' adoption scores, by weights sha, from the episodes that recorded them: an
+    episode that never scored its initial parent on adoption reads those of a paired episode on the
+    same weights (where several recorded them, they must agree)."""
     scores: dict[str, dict[str, float]] = {}
-    for e in episodes:
-        if e["status"] == "done" and e["initial"]:
-            flat = adoption_metrics(RunDir(Path(e["run_dir"])), e["initial_sha256"])
-            if scores.setdefault(e["initial_sha256"], flat) != flat:
-                raise ValueError(f"two episodes scored the initial parent {e['initial_sha256'][:12]} differently on "
-                                 "adoption: their evaluators or items differ, so they are not paired")
-    out = []
-    for e in episodes:
-        if e["status"] == "done" and not e["initial"] and e["initial_sha256"] in scores:
-            e = {k: e[k] for k in ("policy", "seed", "status")} | read_episode(Path(e["run_dir"]),
-                                                                               scores[e["initial_sha256"]])
-        out.append(e)
-    return out
+    for d in digests:
+        flat = d.get("adoption", {}).get(d.get("initial_sha256"))
+        if flat and scores.setdefault(d["initial_sha256"], flat) != flat:
+            raise ValueError(f"two episodes scored the initial parent {d['initial_sha256'][:12]} differently on "
+                             "adoption: their evaluators or items differ, so they are not paired")
+    return scores
 
 
 def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
             n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None,
-            executor: Executor | None = None, world_seed: int | None = None, fit: Fit | None = None) -> dict[str, Any]:
+            executor: Executor | None = None, world_seed: int | None = None, fit: Fit | None = None,
+            results: Path | None = None) -> dict[str, Any]:
     """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures.
     `executor`: where the episodes run (default: n_jobs at once in subprocesses of this machine);
     `world_seed`: the embedded world every episode runs on (None: the config's); `fit`: fit the
-    learned models on other worlds' retrospectives first (agent/experiments/fitted.py)."""
-    return _compare(out, policies, seeds, budget=budget, config=config, n_jobs=n_jobs, argv_for=argv_for,
-                    executor=executor, world_seed=world_seed, fit=fit)[0]
+    learned models on other worlds' retrospectives first (agent/experiments/fitted.py); `results`:
+    a results directory the finished episodes are taken from and kept in (compare_results.py)."""
+    start = time.monotonic()
+    code = CR.code_version() if results else None
+    plan = _plan(out, policies, seeds, budget=budget, config=config, argv_for=argv_for, world_seed=world_seed,
+                 fit=fit, results=results, code=code)
+    return _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
+                    executor=executor or LocalExecutor(n_jobs), start=start)[0]
 
 
 @dataclass(frozen=True)
@@ -269,28 +298,63 @@ class Fit:
     delta: float = 0.1
 
 
-def _compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
-             n_jobs: int, argv_for: Callable[[Path, str, int], list[str]] | None, executor: Executor | None,
-             world_seed: int | None, fit: Fit | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    start = time.monotonic()
-    executor = executor or LocalExecutor(n_jobs)
+@dataclass(frozen=True)
+class _Plan:
+    """One world's comparison, ready to run: nothing has run yet."""
+
+    out: Path
+    world_seed: int | None
+    argv_for: Callable[[Path, str, int], list[str]]
+    stored: CR.Stored | None
+    """Its results directory, with the episodes taken from it (None: no --results)."""
+
+
+def _plan(out: Path, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
+          argv_for: Callable[[Path, str, int], list[str]] | None, world_seed: int | None, fit: Fit | None,
+          results: Path | None, code: dict[str, Any] | None) -> _Plan:
+    """Fit the world's models (when asked; those kept in `results` are taken first), then take from
+    `results` the episodes it holds: BadInput, before any episode runs, when one was measured in
+    other conditions."""
+    if fit is not None and results is not None:
+        CR.take_models(results, out)
     fitted = None if fit is None else fit_for_world(
         out, fit.config_world_seed if world_seed is None else world_seed, list(fit.sources),
         gonogo=any(p in NEEDS_GONOGO for p in policies), alpha=fit.alpha, delta=fit.delta)
     argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config, world_seed=world_seed,
                                                          extra=fitted.flags(p) if fitted else None))
-    statuses = run_jobs(out, policies, seeds, executor, argv_for)
-    episodes = [e | {"world_seed": world_seed or 0} for e in collect(statuses)]
+    return _Plan(out, world_seed, argv_for, None if results is None else CR.stored(
+        results, _matches(policies, seeds, budget=budget, config=config, world_seed=world_seed, fitted=fitted, code=code)))
+
+
+def _matches(policies: list[str], seeds: list[int], *, budget: str | None, config: str | None, world_seed: int | None,
+             fitted: Fitted | None, code: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Every job's match fields known before it runs (compare_results.KNOWN, and WORLD where built here)."""
+    cfg = build_config(config)
+    shared = CR.conditions(cfg, cfg.world_seed if world_seed is None else world_seed,
+                           parse_budget(budget or cfg.episode_budget), code)
+    return {job_name(p, s): shared | {"policy": p, "seed": s, "models": fitted.sha256s(p) if fitted else {}}
+            for s in seeds for p in policies}
+
+
+def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
+             n_jobs: int, executor: Executor, start: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    if plan.stored:  # the models every episode kept from now on ran with (none without --fit-from)
+        CR.publish_models(plan.out, plan.stored.results)
+    statuses = run_jobs(plan.out, policies, seeds, executor, plan.argv_for, plan.stored)
+    episodes = [e | {"world_seed": plan.world_seed or 0} for e in collect(statuses)]
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
-            "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": world_seed,
-            "fitted": fitted_summary(out)}
-    write_outputs(out, summary, episodes, meta)
+            "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": plan.world_seed,
+            "fitted": fitted_summary(plan.out)}
+    write_outputs(plan.out, summary, episodes, meta)
+    if plan.stored:
+        CR.publish_table(plan.out, plan.stored.results)
     return summary, episodes
 
 
 def world_dir(out: Path, world_seed: int) -> Path:
-    """Where `compare_worlds` keeps one world's comparison (a whole `agent compare` output)."""
+    """Where `compare_worlds` keeps one world's comparison (a whole `agent compare` output; the same
+    under a results directory)."""
     return out / f"world-{world_seed}"
 
 
@@ -298,19 +362,24 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
                    budget: str | None = None, config: str | None = None, n_jobs: int = 1,
                    executor: Executor | None = None,
                    argv_for: Callable[[Path, str, int, int], list[str]] | None = None,
-                   fit: Fit | None = None) -> dict[str, Any]:
+                   fit: Fit | None = None, results: Path | None = None) -> dict[str, Any]:
     """The paired comparison on each world (DIR/world-<N>/, each resumable as one `agent compare`),
     then pooled: a pair is (world seed, run seed), so every policy is compared on the same worlds
     and seeds. DIR/compare.{md,json} hold the pooled statistics and, under `per_world`, each
     world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`);
-    `fit`: each world's learned models fitted on the other worlds' sources (leave-one-world-out)."""
+    `fit`: each world's learned models fitted on the other worlds' sources (leave-one-world-out);
+    `results`: a results directory (each world's under world-<N>/), every world's checked before any runs."""
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)  # one for every world
+    code = CR.code_version() if results else None
+    plans = [_plan(world_dir(out, ws), policies, seeds, budget=budget, config=config,
+                   argv_for=None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws)),
+                   world_seed=ws, fit=fit, results=None if results is None else world_dir(results, ws), code=code)
+             for ws in world_seeds]
     per_world, pooled = {}, []
-    for ws in world_seeds:
-        one = None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws))
-        summary, episodes = _compare(world_dir(out, ws), policies, seeds, budget=budget, config=config,
-                                     n_jobs=n_jobs, argv_for=one, executor=executor, world_seed=ws, fit=fit)
+    for ws, plan in zip(world_seeds, plans):
+        summary, episodes = _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
+                                     executor=executor, start=time.monotonic())
         per_world[str(ws)] = summary
         pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
     summary = summarise(pooled) | {"per_world": per_world}
@@ -318,4 +387,6 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
             "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,
             "fitted": {str(ws): fitted_summary(world_dir(out, ws)) for ws in world_seeds}}
     write_outputs(out, summary, pooled, meta)
+    if results:
+        CR.publish_table(out, results)
     return summary

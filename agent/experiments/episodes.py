@@ -2,6 +2,11 @@
 EpisodeResult `agent compare` aggregates (agent/experiments/compare.py) and writes
 (agent/experiments/compare_output.py).
 
+Two steps: `digest(run_dir)` reads the run directory into small JSON (what the statistics need,
+nothing else), and `episode_result(digest)` is a pure function of it. An episode run now and one
+taken from a results directory (agent/experiments/compare_results.py) go through the same
+`episode_result`.
+
 "Endpoint" is the final parent's scores on the held-out test split (ENDPOINT_SPLIT), which `agent
 run` evaluates once at the end of every episode; the adoption-split figure, which the gate
 selected on and so is optimistic, is kept beside it (`endpoint_adoption`).
@@ -52,9 +57,9 @@ def _targets(metrics: dict[str, float]) -> dict[str, float]:
     return {fam: metrics[key] for fam, key in family_targets().items() if key in metrics}
 
 
-def _authorized(event: Event) -> bool:
+def _authorized(event: dict[str, Any]) -> bool:
     """A full run was authorized: it ran, or the decision allowed it and only the budget refused it."""
-    return event.full_run in ("ran", "refused")
+    return event["full_run"] in ("ran", "refused")
 
 
 class EpisodeResult(TypedDict, total=False):
@@ -62,6 +67,9 @@ class EpisodeResult(TypedDict, total=False):
     added by the job that ran it). Scores are pp on the target capability of each family."""
 
     run_dir: str
+    """Its run directory on this machine (absent when taken from a results directory)."""
+    taken_from: str
+    """The results directory's file it was taken from (absent when its run directory was read here)."""
     budget_h: float
     families: list[str]
     initial_sha256: str
@@ -98,40 +106,62 @@ def unit(ep: EpisodeResult) -> int | str:
     return ep.get("unit", ep["seed"])
 
 
-def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> EpisodeResult:
-    """The recorded results of one finished episode.
-
-    An episode that ran no full run never scored its initial parent on adoption (only the gate
-    does); `initial_adoption` then supplies those scores, read from a paired episode that did
-    (the same weights on the same items: see `collect`)."""
+def digest(run_dir: Path) -> dict[str, Any]:
+    """What compare reads of one finished episode, as small JSON (no models, no generations): the
+    manifest values it uses, the executed events' fields, the flat scores of the models it reads
+    (the initial parent and every promoted child on adoption, the final parent on the test split)
+    and the run cache's use. `episode_result` computes everything else from it, so an episode run
+    here and one kept in a results directory (agent/experiments/compare_results.py) are read by
+    the same code."""
     run = RunDir(run_dir)
     manifest = run.manifest()
     events = sorted(_events(manifest), key=lambda e: e.seq)
-    parent = adoption_metrics(run, manifest.initial.sha256) or dict(initial_adoption or {})
-    initial, final_sha = dict(parent), manifest.initial.sha256
-    hours, trajectory = 0.0, [[0.0, _targets(parent)]]
-    for e in events:
-        hours += e.cost_device_hours
-        if e.outcome == "promoted":
-            final_sha = run.verdict(e.decision.decision_hash).child_sha256
-            parent = adoption_metrics(run, final_sha)
-        trajectory.append([round(hours, 9), _targets(parent)])
-    test = adoption_metrics(run, final_sha, ENDPOINT_SPLIT)
+    rows = [{"cost_device_hours": e.cost_device_hours, "outcome": e.outcome, "full_run": e.full_run}
+            | ({"child_sha256": run.verdict(e.decision.decision_hash).child_sha256} if e.outcome == "promoted" else {})
+            for e in events]
+    shas = [manifest.initial.sha256] + [r["child_sha256"] for r in rows if "child_sha256" in r]
+    test = adoption_metrics(run, shas[-1], ENDPOINT_SPLIT)
     if not test:
-        raise ValueError(f"{run_dir}: the final parent {final_sha[:12]} has no {ENDPOINT_SPLIT}-split evaluation "
+        raise ValueError(f"{run_dir}: the final parent {shas[-1][:12]} has no {ENDPOINT_SPLIT}-split evaluation "
                          "(an episode finished before the endpoint existed): run it again")
+    return {"budget_h": manifest.budget_device_hours, "initial_sha256": manifest.initial.sha256,
+            "world": manifest.world.recipe_sha256, "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
+            "events": rows, "adoption": {sha: adoption_metrics(run, sha) for sha in shas}, "test": {shas[-1]: test},
+            "cache": _cache_use(run, manifest.episode_id)}
+
+
+def read_episode(run_dir: Path, initial_adoption: dict[str, float] | None = None) -> EpisodeResult:
+    """The recorded results of one finished episode's run directory (`episode_result` of its digest)."""
+    return episode_result(digest(run_dir), initial_adoption) | {"run_dir": str(run_dir)}
+
+
+def episode_result(d: dict[str, Any], initial_adoption: dict[str, float] | None = None) -> EpisodeResult:
+    """The EpisodeResult of one episode's digest (pure).
+
+    An episode that ran no full run never scored its initial parent on adoption (only the gate
+    does); `initial_adoption` then supplies those scores, read from a paired episode that did
+    (the same weights on the same items: see compare.collect)."""
+    parent = d["adoption"][d["initial_sha256"]] or dict(initial_adoption or {})
+    initial, final_sha = dict(parent), d["initial_sha256"]
+    hours, trajectory = 0.0, [[0.0, _targets(parent)]]
+    for e in d["events"]:
+        hours += e["cost_device_hours"]
+        if e["outcome"] == "promoted":
+            final_sha = e["child_sha256"]
+            parent = d["adoption"][final_sha]
+        trajectory.append([round(hours, 9), _targets(parent)])
+    test = d["test"][final_sha]
     return {
-        "run_dir": str(run_dir), "budget_h": manifest.budget_device_hours,
-        "families": sorted(_targets(test)), "initial_sha256": manifest.initial.sha256,
-        "pairing": {k: _manifest_value(manifest, k) for k in PAIRING_KEYS},
-        "endpoint": _targets(test), "endpoint_adoption": _targets(parent), "initial": _targets(initial),
-        "ifeval": {k: test.get(k) for k in IFEVAL_METRICS}, "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
+        "budget_h": d["budget_h"], "families": sorted(_targets(test)), "initial_sha256": d["initial_sha256"],
+        "pairing": dict(d["pairing"]), "endpoint": _targets(test), "endpoint_adoption": _targets(parent),
+        "initial": _targets(initial), "ifeval": {k: test.get(k) for k in IFEVAL_METRICS},
+        "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
         "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
-        "promotions": sum(e.outcome == "promoted" for e in events),
-        "authorizations": sum(_authorized(e) for e in events),
-        "decisions": len(events),
-        "wasted_h": round(sum(e.cost_device_hours for e in events if e.outcome != "promoted"), 9),
-        "spent_h": round(hours, 9), "trajectory": trajectory, "cache": _cache_use(run, manifest.episode_id),
+        "promotions": sum(e["outcome"] == "promoted" for e in d["events"]),
+        "authorizations": sum(_authorized(e) for e in d["events"]),
+        "decisions": len(d["events"]),
+        "wasted_h": round(sum(e["cost_device_hours"] for e in d["events"] if e["outcome"] != "promoted"), 9),
+        "spent_h": round(hours, 9), "trajectory": trajectory, "cache": dict(d["cache"]),
     }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
-from experience_bank.hashing import loads_strict, sha256_text
+from experience_bank.hashing import file_sha256, loads_strict, sha256_text
 from agent.world.catalogue import catalogue, catalogue_sha256
 from agent.world.embedded import cached_world
 from policies.authorize import NEEDS_GONOGO
@@ -114,6 +114,11 @@ class Fitted:
         """`agent run` flags of one policy's episodes."""
         wants = self.gonogo is not None and policy in NEEDS_GONOGO
         return (["--gonogo-model", str(self.gonogo)] if wants else []) + ["--extrapolation-model", str(self.extrapolation)]
+
+    def sha256s(self, policy: str) -> dict[str, str]:
+        """sha256 of each model file one policy's episodes run with, by flag (a stored episode's `models`)."""
+        flags = self.flags(policy)
+        return {flag.removeprefix("--"): file_sha256(path) for flag, path in zip(flags[::2], flags[1::2])}
 
 
 def fit_for_world(out: Path, world_seed: int, sources: list[Path], *, gonogo: bool, alpha: float = 0.1,

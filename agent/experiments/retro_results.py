@@ -48,11 +48,12 @@ TABLE = ("ledger.json", "cells.jsonl", "outcomes.jsonl", "summary.json", "retros
 """Files of the table's root kept in the results directory (FROZEN first, then these)."""
 
 
-def code_version() -> dict[str, Any]:
-    """What a finished cell's numbers depend on besides the world and the catalogue."""
+def code_version(parts: tuple[str, ...] = CELL_CODE, name: str = "cell") -> dict[str, Any]:
+    """What a finished unit's numbers depend on besides its inputs: the source hash of the code it
+    runs (`parts`, under `name`; default: a retrospective cell's) and the libraries a run's key names."""
     from trainers.run import libraries  # noqa: PLC0415 (torch)
 
-    return {"cell": source_version(CELL_CODE), "libraries": libraries()}
+    return {name: source_version(parts), "libraries": libraries()}
 
 
 def _read_ledger(path: Path) -> dict[str, Any]:
@@ -66,13 +67,14 @@ def _read_ledger(path: Path) -> dict[str, Any]:
                        "`agent retrospective --execute --results DIR`, or a new, empty one") from None
 
 
-def mismatch(theirs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
-    """The MATCH fields on which two ledgers differ, compared as JSON (pure)."""
+def mismatch(theirs: dict[str, Any], ours: dict[str, Any], fields: tuple[str, ...] = MATCH) -> list[str]:
+    """The `fields` (default: a retrospective ledger's MATCH) on which two records of a measurement's
+    conditions differ, compared as JSON (pure)."""
     theirs, ours = json.loads(json.dumps(theirs)), json.loads(json.dumps(ours))
-    return [k for k in MATCH if theirs.get(k) != ours.get(k)]
+    return [k for k in fields if theirs.get(k) != ours.get(k)]
 
 
-def _copy_new(src: Path, dest: Path) -> bool:
+def copy_new(src: Path, dest: Path) -> bool:
     """Copy src to dest unless dest holds the same bytes; a different dest is never replaced."""
     if dest.exists():
         if dest.read_bytes() != src.read_bytes():
@@ -107,11 +109,11 @@ def take(results: Path, out: Path, ledger: dict[str, Any]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in FROZEN:
         if (results / name).is_file():
-            _copy_new(results / name, out / name)
+            copy_new(results / name, out / name)
     bad = [p for p in sorted(results.glob("cells/*/s*/cell.json")) if not _seed_cell_ok(p)]
     if bad:
         raise BadInput(f"{bad[0]} does not name the cell and seed of its path: remove it from {results}")
-    return sum(_copy_new(p, out / p.relative_to(results)) for p in sorted(results.glob("cells/*/s*/cell.json")))
+    return sum(copy_new(p, out / p.relative_to(results)) for p in sorted(results.glob("cells/*/s*/cell.json")))
 
 
 def frozen_inputs(out: Path, card_ids: list[str]) -> tuple[dict[str, Features], dict[str, str]] | None:

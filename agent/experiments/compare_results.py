@@ -1,0 +1,172 @@
+"""A comparison's results directory: finished episodes that survive the machine they ran on.
+
+A comparison of seven policies at six seeds on three worlds is ten and more CPU-hours over
+several sessions, and its run directories (models, banks, the run cache) live under $AGENT_CACHE
+on one machine. What its tables need of an episode is small: its digest
+(agent.experiments.episodes.digest: manifest values, the events' fields, the scores of the
+models it reads, the cache's use). `agent compare --results DIR` keeps one JSON file per finished
+episode, DIR/episodes/<policy>-s<seed>.json (with --world-seeds, DIR/world-<N>/episodes/...), as
+each finishes, and the tables (compare.json, compare.md) at the end; DIR can be committed, and on
+another machine the same command takes every stored episode instead of running it again.
+
+The design is the retrospective's (agent/experiments/retro_results.py, whose `mismatch` and
+`code_version` this uses). Each stored episode carries its MATCH fields. Before any episode runs,
+those that can be known without running it (KNOWN: policy, seeds, the config, the budget, the
+fitted models it is handed, the code version; and the world's id and base weights where the
+world is built here) must equal the current ones, else a one-line error names the fields that
+differ and nothing runs. The rest (library version, candidates) are the episode's own, checked
+across policies by compare.pairing_check, as for an episode run here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experience_bank.errors import BadInput
+from experience_bank.files import write_atomic
+from experience_bank.hashing import canonical_json, content_hash
+from agent.config import RunConfig
+from agent.experiments.fitted import EXTRAPOLATION_FILE, FITTED_FILE, GONOGO_FILE
+from agent.experiments.retro_results import code_version as _code_version
+from agent.experiments.retro_results import copy_new, mismatch
+from agent.world.embedded import cached_world
+
+EPISODE_CODE = ("agent", "policies", "trainers", "evaluators", "experience_bank")
+"""The code one episode runs (`agent run`: the loop, the policies, the trainers, the evaluators,
+the bank). All of agent/, since `agent run` reaches into most of it: an edit anywhere there makes
+the stored episodes another measurement (run them again, or at the commit they were measured at)."""
+
+PER_EPISODE = ("policy", "seed", "world_seed", "episode_budget", "bank", "out", "gonogo_model",
+               "extrapolation_model")
+"""Config keys compare sets per episode (or that name a machine's paths): matched on their own
+(policy, seed, world_seed, budget_h, models) or not at all, so not in `config_sha256`."""
+
+KNOWN = ("policy", "seed", "world_seed", "config_sha256", "budget_h", "models", "code")
+"""Match fields known before an episode runs."""
+WORLD = ("world", "base_sha256")
+"""The world's recipe hash and base weights: known before running where the world is built here."""
+MATCH = KNOWN + WORLD + ("library_version", "candidates_sha256")
+"""Every field a stored episode records about the conditions it was measured in."""
+TABLE = ("compare.json", "compare.md")
+"""The comparison's table files kept beside the episodes."""
+MODELS = (GONOGO_FILE, EXTRAPOLATION_FILE, FITTED_FILE)
+"""A world's fitted models (--fit-from), kept beside its episodes: a comparison resumed elsewhere runs
+with the models its stored episodes ran with, however the sources have grown since."""
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Where a job keeps its finished episode, and the conditions it records with it."""
+
+    results: Path
+    """The (world's) results directory."""
+    match: dict[str, Any]
+    """The KNOWN (and WORLD) fields of this episode."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One world's comparison and its results directory: every job's match fields, and the
+    episodes taken from the directory instead of running."""
+
+    results: Path
+    """The (world's) results directory."""
+    matches: dict[str, dict[str, Any]]
+    """Job name -> the KNOWN (and WORLD) fields of its episode."""
+    taken: dict[str, dict[str, Any]]
+    """Job name -> the stored digest of its finished episode (only those `results` holds)."""
+
+    def keep(self, name: str) -> Keep:
+        return Keep(self.results, self.matches[name])
+
+
+def stored(results: Path, matches: dict[str, dict[str, Any]]) -> Stored:
+    """`results` with the episodes it holds of these jobs; BadInput, before anything runs, when one
+    was measured in other conditions (`take`)."""
+    return Stored(results, matches, take(results, matches))
+
+
+def code_version() -> dict[str, Any]:
+    """The source hash of EPISODE_CODE and the library versions."""
+    return _code_version(EPISODE_CODE, "episode")
+
+
+def config_sha256(cfg: RunConfig) -> str:
+    """Content hash of the run config every episode shares, less the keys set per episode."""
+    return content_hash(cfg.model_dump(mode="json", exclude=set(PER_EPISODE)))
+
+
+def conditions(cfg: RunConfig, world_seed: int, budget_h: float, code: dict[str, Any]) -> dict[str, Any]:
+    """The match fields shared by every episode on one world (add policy, seed and models per job);
+    the world's id and base weights only where the embedded world is built here."""
+    ours = {"world_seed": world_seed, "config_sha256": config_sha256(cfg), "budget_h": budget_h, "code": code}
+    world = cached_world(cfg.world, world_seed) if cfg.base_model is None else None
+    return ours if world is None else ours | {"world": world.recipe_sha256, "base_sha256": world.model.sha256}
+
+
+def measured(d: dict[str, Any]) -> dict[str, Any]:
+    """The match fields an episode's digest names (its manifest's)."""
+    return {"world": d["world"], "base_sha256": d["initial_sha256"],
+            "library_version": d["pairing"]["library_version"], "candidates_sha256": d["pairing"]["candidates_sha256"]}
+
+
+def episode_file(results: Path, name: str) -> Path:
+    return results / "episodes" / f"{name}.json"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not (isinstance(doc, dict) and isinstance(doc.get("match"), dict) and isinstance(doc.get("digest"), dict)):
+            raise TypeError("not an object with `match` and `digest`")
+        return doc
+    except (OSError, ValueError, TypeError) as exc:
+        raise BadInput(f"{path} is not a stored episode ({exc}): remove it, or pass a results directory written "
+                       "by `agent compare --results DIR`") from None
+
+
+def take(results: Path, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The stored digests of the episodes `wanted` (job name -> its current match fields) that
+    `results` holds; BadInput, before anything runs, when one was measured in other conditions."""
+    taken = {}
+    for name, ours in wanted.items():
+        path = episode_file(results, name)
+        if not path.is_file():
+            continue
+        doc = _read(path)
+        diff = mismatch(doc["match"], ours, tuple(k for k in MATCH if k in ours))
+        if diff:
+            raise BadInput(f"{path} was measured in other conditions ({', '.join(diff)} differ): pass a new "
+                           "--results directory, or run the code commit, config and world it was measured with")
+        taken[name] = doc["digest"]
+    return taken
+
+
+def publish(keep: Keep, name: str, d: dict[str, Any]) -> None:
+    """Keep one finished episode's digest and its match fields in the results directory."""
+    write_atomic(episode_file(keep.results, name), canonical_json({"match": keep.match | measured(d), "digest": d}))
+
+
+def take_models(results: Path, out: Path) -> None:
+    """Copy a world's MODELS from its results directory into its comparison directory (a comparison
+    directory that holds other models is refused: copy_new)."""
+    for name in MODELS:
+        if (results / name).is_file():
+            copy_new(results / name, out / name)
+
+
+def publish_models(out: Path, results: Path) -> None:
+    """Keep a world's MODELS in its results directory."""
+    for name in MODELS:
+        if (out / name).is_file():
+            write_atomic(results / name, (out / name).read_text(encoding="utf-8"))
+
+
+def publish_table(out: Path, results: Path) -> None:
+    """Keep the comparison's TABLE files of `out` in `results`."""
+    for name in TABLE:
+        if (out / name).is_file():
+            write_atomic(results / name, (out / name).read_text(encoding="utf-8"))

@@ -1,0 +1,182 @@
+"""agent compare --results: finished episodes survive the machine as small digests, and only count
+in a comparison measured in the same conditions (agent/experiments/compare_results.py). The
+episodes are test_compare's fake `agent run` subprocess; everything else is the real code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from test_compare import FAKE_RUN
+from agent.experiments import compare as C
+from agent.experiments import compare_results as CR
+from agent.experiments.episodes import digest, episode_result, read_episode
+from agent.experiments.fitted import Fitted
+from experience_bank.errors import BadInput
+
+RECORD = "import sys\nopen({calls!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """argv_for of a fake `agent run` that appends each call to a file; returns (argv_for, calls())."""
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))  # no world is built here
+    calls = tmp_path / "calls.txt"
+    script = tmp_path / "fake_run.py"
+    script.write_text(RECORD.format(calls=str(calls))
+                      + FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
+
+    def argv_for(out, p, s, *_world):
+        argv = C.episode_argv(out, p, s, budget="10h", config=None)
+        return [sys.executable, str(script)] + argv[argv.index("run") + 1:]
+
+    return argv_for, lambda: calls.read_text().splitlines() if calls.exists() else []
+
+
+def _numbers(path: Path) -> tuple[dict, list]:
+    """compare.json's summary and episodes, less where each episode's record lives on this machine."""
+    doc = json.loads(path.read_text())
+    return doc["summary"], [{k: v for k, v in e.items() if k not in ("run_dir", "taken_from")} for e in doc["episodes"]]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_second_machine_takes_every_episode_and_runs_none(tmp_path, fake):
+    argv_for, calls = fake
+    results = tmp_path / "docs" / "compare"
+    first = C.compare(tmp_path / "m1", ["good", "idle"], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 4 and first["policies"]["good"]["endpoint_mean"] == pytest.approx(44.0)
+    assert sorted(_files(results)) == ["compare.json", "compare.md", "episodes/good-s0.json", "episodes/good-s1.json",
+                                       "episodes/idle-s0.json", "episodes/idle-s1.json"]
+    kept = json.loads((results / "episodes" / "good-s1.json").read_text())
+    assert kept["match"]["policy"] == "good" and kept["match"]["seed"] == 1 and kept["match"]["budget_h"] == 36.0
+    assert kept["match"]["library_version"] == 1 and len(kept["match"]["code"]["episode"]) == 64
+    assert "run_dir" not in json.dumps(kept)  # nothing of this machine's paths
+
+    # another machine: a fresh --out runs nothing and writes the same numbers
+    second = C.compare(tmp_path / "m2", ["good", "idle"], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 4 and second == first
+    assert _numbers(tmp_path / "m2" / "compare.json") == _numbers(tmp_path / "m1" / "compare.json")
+    taken = json.loads((tmp_path / "m2" / "compare.json").read_text())["episodes"]
+    assert [e["taken_from"] for e in taken][0] == str(results / "episodes" / "good-s0.json")
+    assert (results / "compare.json").read_text() == (tmp_path / "m2" / "compare.json").read_text()
+    assert not (tmp_path / "m2" / "episodes").exists()
+
+    # idle reads its initial adoption scores from good's stored digest: without good-s1 there, it is
+    # run again, and idle-s1 (taken) still reads them from the episode run now
+    (results / "episodes" / "good-s1.json").unlink()
+    third = C.compare(tmp_path / "m3", ["good", "idle"], [0, 1], argv_for=argv_for, results=results)
+    assert [c.split()[c.split().index("--policy") + 1:][:3:2] for c in calls()[4:]] == [["good", "1"]]
+    assert third == first and (results / "episodes" / "good-s1.json").is_file()
+
+
+def test_a_stored_episode_of_other_conditions_is_refused_in_one_line_with_nothing_written(tmp_path, fake,
+                                                                                         monkeypatch):
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results)
+    before = _files(results)
+    config = tmp_path / "other.yaml"
+    config.write_text("eval_batch_size: 8\n")
+    cases = [({"config": str(config)}, "config_sha256 differ"), ({"budget": "5h"}, "budget_h differ")]
+    for kwargs, message in cases:
+        with pytest.raises(BadInput, match=message) as exc:
+            C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results, **kwargs)
+        assert "\n" not in str(exc.value) and "new --results directory" in str(exc.value)
+    monkeypatch.setattr(CR, "code_version", lambda: {"episode": "0" * 64, "libraries": {}})
+    with pytest.raises(BadInput, match=r"good-s0.json was measured in other conditions \(code differ\)"):
+        C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results)
+    monkeypatch.undo()
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
+    # the world built here is another one than the episodes' (their manifests name recipe c..., base a...)
+    built = SimpleNamespace(recipe_sha256="e" * 64, model=SimpleNamespace(sha256="a" * 64))
+    monkeypatch.setattr(CR, "cached_world", lambda size, seed: built)
+    with pytest.raises(BadInput, match=r"\(world differ\)"):
+        C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results)
+    assert len(calls()) == 2 and not (tmp_path / "m2").exists() and _files(results) == before
+
+
+def test_every_world_is_checked_before_any_runs_and_kept_under_its_own_directory(tmp_path, fake, monkeypatch):
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    first = C.compare_worlds(tmp_path / "m1", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 4 and (results / "world-1" / "episodes" / "meh-s0.json").is_file()
+    assert json.loads((results / "world-1" / "episodes" / "meh-s0.json").read_text())["match"]["world_seed"] == 1
+    assert {"compare.json", "compare.md", "world-0/compare.json"} <= set(_files(results))
+    assert C.compare_worlds(tmp_path / "m2", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results) == first
+    assert len(calls()) == 4
+    # world 1's stored episode is of another budget: refused before world 0 (all stored) or anything runs
+    path = results / "world-1" / "episodes" / "good-s0.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps(doc | {"match": doc["match"] | {"budget_h": 5.0}}))
+    (results / "world-0" / "episodes" / "meh-s0.json").unlink()
+    with pytest.raises(BadInput, match="world-1/episodes/good-s0.json .*budget_h differ"):
+        C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 4 and not (tmp_path / "m3").exists()
+    path.write_text("{not json")
+    with pytest.raises(BadInput, match="is not a stored episode"):
+        C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results)
+
+
+def test_a_stored_digest_reads_as_its_run_directory(tmp_path):
+    """The loop's own run directory (nodes + report over boundary fakes), kept and taken back."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from support.graph_fakes import run_fake
+
+    run_dir = tmp_path / "run"
+    run_fake(run_dir)
+    d = digest(run_dir)
+    keep = CR.Keep(tmp_path / "results", {"policy": "bcit", "seed": 0})
+    CR.publish(keep, "bcit-s0", d)
+    back = CR.take(keep.results, {"bcit-s0": keep.match})["bcit-s0"]
+    assert back == json.loads(json.dumps(d))
+    assert episode_result(back) | {"run_dir": str(run_dir)} == read_episode(run_dir)
+    assert read_episode(run_dir)["promotions"] == sum(e["outcome"] == "promoted" for e in back["events"]) > 0
+
+
+def test_the_fitted_models_travel_with_the_results_and_are_matched_by_their_bytes(tmp_path, fake):
+    """A comparison resumed elsewhere runs with the models its stored episodes ran with (here kept
+    in DIR, so nothing is fitted), and episodes of other models are not taken."""
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "extrapolation.json").write_text('{"x": 1}')
+    (results / "fitted.json").write_text("{}")
+    fit = C.Fit(sources=(), config_world_seed=0)  # no source: fitting anything would be refused
+    C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results, fit=fit)
+    assert (tmp_path / "m1" / "extrapolation.json").read_text() == '{"x": 1}'
+    assert json.loads((results / "episodes" / "good-s0.json").read_text())["match"]["models"] == {
+        "extrapolation-model": hashlib.sha256(b'{"x": 1}').hexdigest()}
+    C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results, fit=fit)
+    assert len(calls()) == 2
+    (results / "extrapolation.json").write_text('{"x": 2}')
+    with pytest.raises(BadInput, match=r"\(models differ\)"):
+        C.compare(tmp_path / "m3", ["good", "meh"], [0], argv_for=argv_for, results=results, fit=fit)
+    with pytest.raises(BadInput, match="m1/extrapolation.json differs from"):  # --out ran with other models
+        C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results, fit=fit)
+    assert len(calls()) == 2
+
+
+def test_the_models_an_episode_is_handed_are_matched_by_their_bytes(tmp_path):
+    (tmp_path / "g.json").write_text("g")
+    (tmp_path / "x.json").write_text("x")
+    fitted = Fitted(tmp_path / "g.json", tmp_path / "x.json")
+    assert set(fitted.sha256s("bcit_predictive")) == {"gonogo-model", "extrapolation-model"}
+    assert list(fitted.sha256s("bcit")) == ["extrapolation-model"]
+    assert fitted.sha256s("bcit")["extrapolation-model"] == fitted.sha256s("bcit_predictive")["extrapolation-model"]
+
+
+def test_code_version_is_every_package_an_episode_runs(monkeypatch):
+    from agent.experiments import retro_results as RR
+
+    seen = []
+    monkeypatch.setattr(RR, "source_version", lambda parts: seen.extend(parts) or "x")
+    assert CR.code_version()["episode"] == "x"
+    assert set(seen) == {"agent", "policies", "trainers", "evaluators", "experience_bank"}
