@@ -34,10 +34,17 @@ from agent.experiments.retro_results import code_version as _code_version
 from agent.experiments.retro_results import copy_new, mismatch
 from agent.world.embedded import cached_world
 
-EPISODE_CODE = ("agent", "policies", "trainers", "evaluators", "experience_bank")
-"""The code one episode runs (`agent run`: the loop, the policies, the trainers, the evaluators,
-the bank). All of agent/, since `agent run` reaches into most of it: an edit anywhere there makes
-the stored episodes another measurement (run them again, or at the commit they were measured at)."""
+EPISODE_CODE = ("agent/__init__.py", "agent/__main__.py", "agent/config.py", "agent/inputs.py", "agent/progress.py",
+                "agent/cli", "agent/loop", "agent/run", "agent/world", "policies", "trainers", "evaluators",
+                "experience_bank")
+"""The code one episode runs (`agent run`: its command, the loop, the run directory, the world, the
+policies, the trainers, the evaluators, the bank): an edit anywhere there makes the stored episodes
+another measurement (run them again, or at the commit they were measured at). Not agent/experiments
+(this comparison's own code, which no episode runs) nor agent/views (the report an episode writes,
+which no digest reads), so a measurement spread over sessions survives edits to either."""
+
+PRESENTATION = ("agent/views",)
+"""Packages an episode imports whose code no stored number depends on (tests check every other is in EPISODE_CODE)."""
 
 PER_EPISODE = ("policy", "seed", "world_seed", "episode_budget", "bank", "out", "gonogo_model",
                "extrapolation_model")
