@@ -260,6 +260,29 @@ def compatibility_rows(stored: tuple[Compatibility, ...]) -> list[list[Any]]:
              c.H, "; ".join(f"{k} ×{n}" for k, n in c.conflicts.items()) or "–"] for c in stored]
 
 
+def _gonogo_sections(rd: RunDir, manifest: Manifest, events: list[Event], inputs: ReportInputs) -> list[Section]:
+    """bcit_predictive's sections: why each trial went on or stopped, the trials skipped, the refit."""
+    out = []
+    if why := gonogo_rows(events):
+        out.append(Section("Go/no-go: why each trial went on or stopped (bcit_predictive)", [
+            f"The frozen model ({rd.gonogo_file.name}, sha256 {manifest.gonogo.sha256[:12] if manifest.gonogo else '?'}) "
+            "read each trial's curve, card and record; a contribution is coefficient x standardised value in "
+            "P(harmful)'s log-odds (positive: toward no-go), the largest first."
+            + (f" Warning: {manifest.gonogo.footing_warning}." if manifest.gonogo and manifest.gonogo.footing_warning
+               else ""),
+            Table(["seq", "candidate", "trial verdict", "acted on", "contributions"], why, id="gonogo")]))
+    if skipped := skip_rows(events):
+        out.append(Section("Go/no-go: trials skipped on the evidence (bcit_predictive)", [
+            "The frozen model's prior-only head read each candidate's card and record before any trial; where "
+            "its P(harmful) was at or under its own Learn-then-Test threshold the candidate trained without a "
+            "trial (rule bcit_predictive.prior_skip). Contributions as above, of the prior-only head.",
+            Table(["seq", "candidate", "prior P(harmful)", "threshold", "outcome", "contributions"], skipped,
+                  id="gonogo-skip")]))
+    if inputs.gonogo_refit is not None:
+        out.append(_refit_section(inputs.gonogo_refit))
+    return out
+
+
 def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
     """Every section of the report, computed once for both renderings."""
     manifest, events = rd.manifest(), list(inputs.events)
@@ -294,23 +317,7 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
         "run's delta can be trusted: the target against the current parent, IFEval against the initial parent."
         + _extrapolation_note(rd, manifest),
         Table(trial_header(events), trials, id="trials") if trials else "(no trial ran)"]))
-    if why := gonogo_rows(events):
-        out.append(Section("Go/no-go: why each trial went on or stopped (bcit_predictive)", [
-            f"The frozen model ({rd.gonogo_file.name}, sha256 {manifest.gonogo.sha256[:12] if manifest.gonogo else '?'}) "
-            "read each trial's curve, card and record; a contribution is coefficient x standardised value in "
-            "P(harmful)'s log-odds (positive: toward no-go), the largest first."
-            + (f" Warning: {manifest.gonogo.footing_warning}." if manifest.gonogo and manifest.gonogo.footing_warning
-               else ""),
-            Table(["seq", "candidate", "trial verdict", "acted on", "contributions"], why, id="gonogo")]))
-    if skipped := skip_rows(events):
-        out.append(Section("Go/no-go: trials skipped on the evidence (bcit_predictive)", [
-            "The frozen model's prior-only head read each candidate's card and record before any trial; where "
-            "its P(harmful) was at or under its own Learn-then-Test threshold the candidate trained without a "
-            "trial (rule bcit_predictive.prior_skip). Contributions as above, of the prior-only head.",
-            Table(["seq", "candidate", "prior P(harmful)", "threshold", "outcome", "contributions"], skipped,
-                  id="gonogo-skip")]))
-    if inputs.gonogo_refit is not None:
-        out.append(_refit_section(inputs.gonogo_refit))
+    out += _gonogo_sections(rd, manifest, events, inputs)
     ends = endpoint_rows(rd, inputs.final_parent_sha256)
     out.append(Section("Endpoint: the final parent on the held-out test split", [
         "Scored once, after the last decision; no rule read it. Adoption (beside it) is what the gate selected on.",
