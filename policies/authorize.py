@@ -288,11 +288,11 @@ def authorize(features: Features, policy: str, state: EpisodeState, config: Poli
 
 
 def decide(record: HistoricalRecord | Proposal, ctx: CurrentContext, policy: str, state: EpisodeState,
-           config: PolicyConfig, *, conflicted: bool = False) -> Decision:
-    """Compile the way `policy` needs, then authorize."""
+           config: PolicyConfig, *, conflicted: bool = False, prior: Prior | None = None) -> Decision:
+    """Compile the way `policy` needs, then authorize (`prior`: what bcit_predictive's routing reads)."""
     _policy(policy)
     f = compile_features(record, ctx, use_applicability=policy not in WITHOUT_APPLICABILITY, conflicted=conflicted, discounts=config.discounts)
-    return authorize(f, policy, state, config)
+    return authorize(f, policy, state, config, prior)
 
 
 def next_state(state: EpisodeState, decision: Decision) -> EpisodeState:

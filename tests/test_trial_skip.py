@@ -191,3 +191,57 @@ def test_the_manifest_freezes_the_prior_threshold(tmp_path, model):
     del old["prior"]
     path.write_text(json.dumps(old))
     assert read_model(RunConfig(policy="bcit_predictive", gonogo_model=str(path)))[1].prior_threshold is None
+
+
+# --- agent authorize --gonogo-model: the same routing from the command line -----------------------------
+
+
+def _authorize_cli(tmp_path, capsys, *extra: str) -> tuple[int, list[dict]]:
+    from agent.cli.main import main  # noqa: PLC0415
+
+    code = main(["authorize", "--bank", str(tmp_path / "bank.sqlite"), "--context", str(tmp_path / "ctx.json"),
+                 "--policy", "bcit_predictive", "--json", *extra])
+    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_the_authorize_command_skips_as_the_loop_does_with_the_model(tmp_path, capsys):
+    from experience_bank.bank import Bank  # noqa: PLC0415
+    from experience_bank.records import CurrentContext  # noqa: PLC0415
+    from policies import decide  # noqa: PLC0415
+    from policies.curves import card_facts  # noqa: PLC0415
+    from support import bank_factory as bf  # noqa: PLC0415
+    from support.gonogo_fixture import write_skip_model  # noqa: PLC0415
+    from test_bad_input_corpus import _context  # noqa: PLC0415
+
+    records = [bf.record(c, delta=d) for c, d in (("S01", 5.0), ("S02", 1.0), ("S03", 8.0))]
+    with Bank.init(tmp_path / "bank.sqlite") as bank:
+        bank.import_records(records, library_note="skip")
+    (tmp_path / "ctx.json").write_text(_context())
+    path = write_skip_model(tmp_path / "m.json", prior_threshold=0.9)
+    code, plain = _authorize_cli(tmp_path, capsys)
+    assert code == 0 and [r["rule"] for r in plain] == ["bcit_predictive.validate", "bcit_predictive.below_tau_l",
+                                                        "bcit_predictive.validate"]
+    code, skipped = _authorize_cli(tmp_path, capsys, "--gonogo-model", str(path))
+    assert code == 0 and [(r["action"], r["rule"]) for r in skipped] == [
+        ("train", SKIP_RULE), ("reject", "bcit_predictive.below_tau_l"), ("train", SKIP_RULE)]
+    model, ctx = gonogo.loads(path.read_text()), CurrentContext.model_validate_json(_context())
+    expected = [decide(r, ctx, "bcit_predictive", EpisodeState(), PolicyConfig(),
+                       prior=prior_input("bcit_predictive", model, card_facts(r.card))) for r in records]
+    assert [r["decision_hash"] for r in skipped] == [d.decision_hash for d in expected]
+
+
+@pytest.mark.parametrize("extra, needle", [(("--policy", "bcit"), "not --policy bcit"),
+                                           (("--features", "rows.jsonl"), "a features row does not carry")])
+def test_the_authorize_command_refuses_a_model_it_cannot_use(tmp_path, capsys, extra, needle):
+    from agent.cli.main import main  # noqa: PLC0415
+    from support.gonogo_fixture import write_skip_model  # noqa: PLC0415
+
+    path = write_skip_model(tmp_path / "m.json")
+    (tmp_path / "rows.jsonl").write_text("")
+    argv = ["authorize", "--gonogo-model", str(path), "--policy", "bcit_predictive", "--bank", "missing.sqlite",
+            "--context", "missing.json", *extra]
+    if "--features" in extra:  # instead of --bank and --context
+        argv = argv[:5] + ["--features", str(tmp_path / "rows.jsonl")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err

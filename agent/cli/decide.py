@@ -22,6 +22,8 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
 from experience_bank.records import CurrentContext, Decision, Grade, Ident, Nu, parse_model
 from policies import EpisodeState, PolicyConfig, authorize, decide, features_from_row, next_state
+from policies.authorize import NEEDS_GONOGO, prior_input
+from policies.curves import card_facts
 
 
 
@@ -42,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--context", help="current context JSON (with --bank)")
     p.add_argument("--features", help="JSONL of feature rows (instead of --bank/--context)")
     p.add_argument("--policy", default="bcit", help="policy name (default bcit)")
+    p.add_argument("--gonogo-model", dest="gonogo_model", metavar="JSON",
+                   help="with --policy bcit_predictive and --bank: the fitted go/no-go whose prior-only head may "
+                        "skip a trial (as `agent run --gonogo-model`); without it the policy routes as BCIT")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(func=cmd_authorize)
     a = sub.add_parser("audit", help="verify a decision ledger and score it (e.g. agent audit runs/E1 --json)")
@@ -122,9 +127,13 @@ def _deciders(args) -> list[Callable[[EpisodeState, PolicyConfig], Decision]]:
     given; a library record goes through policies.decide, which compiles it the way the policy
     needs (applicability or not, the config's discounts) and authorizes it."""
     from experience_bank.bank import Bank  # noqa: PLC0415 (sqlite_utils)
+    model = _gonogo_model(args)
     if args.features:
         if args.bank or args.context:
             raise BadInput("give either --features or --bank with --context, not both")
+        if model is not None:
+            raise BadInput("--gonogo-model reads each candidate's card, which a features row does not carry: "
+                           "use it with --bank and --context")
         return [partial(authorize, features_from_row(row), args.policy) for row in _rows(args.features)]
     if not (args.bank and args.context):
         raise BadInput("give --bank BANK and an existing --context CTX.json (or --features FILE)")
@@ -136,9 +145,23 @@ def _deciders(args) -> list[Callable[[EpisodeState, PolicyConfig], Decision]]:
     check_bank_file(args.bank)
     bank = Bank.open(args.bank)
     try:
-        return [partial(decide, e.record, ctx, args.policy, conflicted=e.conflicted) for e in bank.library_records()]
+        return [partial(decide, e.record, ctx, args.policy, conflicted=e.conflicted,
+                        prior=prior_input(args.policy, model, card_facts(e.record.card)))
+                for e in bank.library_records()]
     finally:
         bank.close()
+
+
+def _gonogo_model(args):
+    """The --gonogo-model's go/no-go (None: not given); BadInput where it is unreadable, not a model, or
+    given with a policy that reads none."""
+    if not args.gonogo_model:
+        return None
+    from policies import gonogo  # noqa: PLC0415 (scikit-learn)
+
+    if args.policy not in NEEDS_GONOGO:
+        raise BadInput(f"--gonogo-model is read by {', '.join(sorted(NEEDS_GONOGO))} only, not --policy {args.policy}")
+    return gonogo.loads(read_text(args.gonogo_model, "go/no-go model"))
 
 
 def cmd_authorize(args) -> int:
