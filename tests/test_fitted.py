@@ -100,3 +100,26 @@ def test_each_worlds_runs_read_that_worlds_record_of_a_card(tmp_path):
     x = gonogo.matrix(runs, records)
     col = gonogo.FEATURE_NAMES.index("S")
     assert {(r.world_seed, float(v)) for r, v in zip(runs, x[:, col])} == {(0, 0.2), (1, 0.9)}
+
+
+def test_a_refused_fit_writes_nothing(tmp_path, monkeypatch):
+    from agent.world.catalogue import catalogue_sha256  # noqa: PLC0415
+
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "empty-cache"))
+    sources = _sources(tmp_path, worlds=(0, 1))
+    (sources[1] / "ledger.json").write_text(json.dumps({"world_seed": 1, "world": "default-0123456789ab",
+                                                        "catalogue_sha256": catalogue_sha256()}))
+    out = tmp_path / "cmp" / "world-0"
+    with pytest.raises(BadInput, match="not built on this machine"):  # the go/no-go reads the cards, after the extrapolation
+        fit_for_world(out, 0, sources, gonogo=True)
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_bcit_predictive_needs_no_model_file_when_the_comparison_fits_one(tmp_path, capsys):
+    sources = _sources(tmp_path, worlds=(1,))
+    out = tmp_path / "cmp"
+    # no --gonogo-model: --fit-from supplies it, so the refusal is the fit's own (world 1 has no other source)
+    code = main(["compare", "--policies", "bcit,bcit_predictive", "--world-seeds", "1", "--fit-from", str(sources[0]),
+                 "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "every source is of world seed 1" in err and "needs a fitted go/no-go" not in err

@@ -135,17 +135,18 @@ def fit_for_world(out: Path, world_seed: int, sources: list[Path], *, gonogo: bo
     others = held_out_sources(sources, world_seed)
     doc: dict[str, Any] = {"world_seed": world_seed, "sources": [str(s) for s in others],
                            "source_world_seeds": sorted({world_of(s) for s in others})}
-    text = extrapolate.dumps(extrapolate.fit(load_runs(others)))
-    write_atomic(x_path, text)
-    doc["extrapolation_sha256"] = sha256_text(text)
+    texts = {x_path: extrapolate.dumps(extrapolate.fit(load_runs(others)))}
+    doc["extrapolation_sha256"] = sha256_text(texts[x_path])
     if gonogo:
         gng.check_levels(alpha, delta)
         runs, records = gonogo_inputs(others)
         model = gng.fit(runs, records, **gonogo_rule(alpha, delta))
-        text = gng.dumps(model)
-        write_atomic(g_path, text)
-        doc |= {"gonogo_sha256": sha256_text(text), "gonogo_n_train": model.n_train,
+        texts[g_path] = gng.dumps(model)
+        doc |= {"gonogo_sha256": sha256_text(texts[g_path]), "gonogo_n_train": model.n_train,
                 "gonogo_threshold": model.threshold.threshold, "alpha": alpha, "delta": delta}
+    # written only once both fits stand: a refused fit leaves the directory as it was
+    for path, text in texts.items():
+        write_atomic(path, text)
     write_atomic(meta, json.dumps(doc, indent=1, sort_keys=True))
     return Fitted(g_path if gonogo else None, x_path)
 
