@@ -22,9 +22,7 @@ DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 """The five of the published comparison (docs/results/compare-default.md)."""
 
 
-def register(sub) -> None:
-    """Add this module's subcommands to the `agent` parser."""
-    _register_gonogo(sub)
+def _register_compare(sub) -> None:
     p = sub.add_parser("compare", help="paired episodes per (policy, seed) and their paired statistics",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example:\n  agent compare --policies bcit,flat_additive --seeds 2 "
@@ -54,6 +52,12 @@ def register(sub) -> None:
                         "episode finished now is kept there (commit it to resume elsewhere)")
     _execution_flags(p)
     p.set_defaults(func=cmd_compare)
+
+
+def register(sub) -> None:
+    """Add this module's subcommands to the `agent` parser."""
+    _register_gonogo(sub)
+    _register_compare(sub)
 
     r = sub.add_parser("retrospective", help="the world's Retrospective-24 / ShortFull-24 with real runs",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
