@@ -114,26 +114,38 @@ def test_a_broken_model_file_is_refused_in_one_line():
 # --- Learn-then-Test ---------------------------------------------------------------------------------
 
 
-def test_the_threshold_is_the_most_permissive_that_passes_the_bound():
+def test_the_threshold_is_the_last_of_the_fixed_sequence_that_passes_the_bound():
     rng = np.random.default_rng(1)
     p = rng.uniform(size=400)
     harmful = rng.uniform(size=400) < p ** 3  # the harmful share grows with the score
     alpha, delta = 0.1, 0.1
     chosen = gonogo.choose_threshold(p, harmful, alpha=alpha, delta=delta)
-    conf = 1 - 2 * delta / len(gonogo.THRESHOLDS)
+    conf = 1 - 2 * delta  # each threshold of the sequence is tested at delta, one-sided
 
     def bound(t):
         go = p <= t
         return clopper_pearson(int((go & harmful).sum()), int(go.sum()), conf)[1]
 
+    tested = [t for t in gonogo.THRESHOLDS if (p <= t).sum() >= gonogo.min_authorized(alpha, delta)]
     assert chosen.threshold is not None and 0.05 < chosen.threshold < 1.0
     assert chosen.upper_bound == bound(chosen.threshold) <= alpha
     assert chosen.harmful / chosen.authorized <= alpha
-    assert all(bound(t) > alpha for t in gonogo.THRESHOLDS if t > chosen.threshold)
+    assert all(bound(t) <= alpha for t in tested if t <= chosen.threshold)
+    assert bound(min(t for t in tested if t > chosen.threshold)) > alpha  # the sequence stopped there
+
+
+def test_the_sequence_stops_at_the_first_failure_even_if_a_later_threshold_passes():
+    # 30 clean runs at 0.1, 30 runs at 0.2 of which 10 harmful, then 300 clean runs at 0.3: t = 0.3 alone would
+    # pass (10 / 360), but the sequence stops at t = 0.2 (10 / 60), so t = 0.15 (the same 30 runs as 0.1) is chosen
+    p = [0.1] * 30 + [0.2] * 30 + [0.3] * 300
+    harmful = [False] * 30 + [True] * 10 + [False] * 20 + [False] * 300
+    chosen = gonogo.choose_threshold(p, harmful, alpha=0.1, delta=0.1)
+    assert (chosen.threshold, chosen.authorized, chosen.harmful) == (0.15, 30, 0)
 
 
 def test_no_threshold_when_the_bound_cannot_be_met():
     n = gonogo.min_authorized(0.1, 0.1)
+    assert n == 22  # log(0.1) / log(0.9) = 21.9: the bound of 0 / 22 at one-sided 90 % is 0.0994
     assert gonogo.choose_threshold([0.01] * (n - 1), [False] * (n - 1), alpha=0.1, delta=0.1).threshold is None
     assert gonogo.choose_threshold([0.01] * n, [False] * n, alpha=0.1, delta=0.1).threshold == 1.0
     all_harmful = gonogo.choose_threshold([0.01] * 500, [True] * 500, alpha=0.1, delta=0.1)
