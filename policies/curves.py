@@ -99,6 +99,13 @@ def trial_curve(table: Mapping[str, Mapping[str, float]]) -> tuple[CurvePoint, .
                          for k, p in table.items()), key=lambda p: p.fraction))
 
 
+def curve_table(curve: Sequence[CurvePoint]) -> dict[str, dict[str, float]]:
+    """Curve points as an episode's trial curve (experience_bank.records.TrialCurve, the layout of
+    TrialResult.curve_table): the inverse of `trial_curve`, so a trial rule can read a paired run's
+    short runs as it reads an episode's trial."""
+    return {f"{p.fraction:.2f}": {"target": p.target_pp, **p.retention_pp} for p in curve}
+
+
 class PairedRun(Frozen):
     card_id: str
     family: str

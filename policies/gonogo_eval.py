@@ -11,7 +11,12 @@ among authorized, every rate with its 95 % Clopper-Pearson interval:
 - `gonogo`: go iff P(harmful) <= the Learn-then-Test threshold of the fold's model;
 - `p_harmful<0.5` and `p_beneficial>=0.5`: the same models at a fixed, uncalibrated 0.5 (how
   well they rank, apart from what the alpha bound allows);
-- each of `baselines` (by name): an existing rule, e.g. the 20 % trial's pass;
+- each of `baselines` (by name): an existing rule that learns nothing, e.g. the 20 % trial's pass,
+  decided on every run at once (a rule may read other runs, as successive halving ranks a trial
+  among its episode's);
+- each of `fold_baselines` (by name): an existing rule that learns from paired runs (e.g. the trial's
+  retention check with the forgetting extrapolation), made per fold from the fold's training runs
+  only, so it decides the held-out group as the go/no-go does, never on its own training data;
 - `none`: authorize nothing, the floor any rule has to beat where beneficial runs are rare.
 - `prior-only gonogo` (and `prior-only p_harmful<0.5`): the fold model's prior-only head
   (GoNoGo.prior: card and record, no curve) under its own threshold, the one that lets
@@ -35,6 +40,8 @@ from policies.stats import clopper_pearson
 
 Baseline = Callable[[PairedRun], bool]
 """An existing rule's go for a run (e.g. the 20 % trial's pass), for the comparison."""
+FoldBaseline = Callable[[Sequence[PairedRun]], Baseline]
+"""A learning rule's maker: the fold's training runs (never the held-out group's) -> its go for a run."""
 
 
 class Rate(Frozen):
@@ -153,7 +160,8 @@ def markdown(e: Evaluation) -> str:
 
 def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | None = None, *, alpha: float,
              delta: float = 0.1, band: float, ifeval_drop_pp: float, C: float = gonogo.DEFAULT_C,
-             baselines: Mapping[str, Baseline] | None = None) -> Evaluation:
+             baselines: Mapping[str, Baseline] | None = None,
+             fold_baselines: Mapping[str, FoldBaseline] | None = None) -> Evaluation:
     """Leave-one-group-out go/no-go figures of the model and of each baseline on the same runs."""
     gonogo.check_levels(alpha, delta)
     grouping, groups = gonogo.groups_of(runs)
@@ -162,6 +170,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
                        "pass more retrospective cells or worlds")
     footing, note = footing_of(runs)
     folds, held, held_prior = [], {}, {}
+    fold_go: dict[str, dict[int, bool]] = {name: {} for name in fold_baselines or {}}
     for g in dict.fromkeys(groups):
         train = [r for r, gr in zip(runs, groups) if gr != g]
         test = [i for i, gr in enumerate(groups) if gr == g]
@@ -171,12 +180,16 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         for i, row in zip(test, x):
             held[i] = gonogo.decide(model, dict(zip(gonogo.FEATURE_NAMES, row)))
             held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo.FEATURE_NAMES, row)))
+        for name, make in (fold_baselines or {}).items():
+            rule = make(train)
+            fold_go[name] |= {i: rule(runs[i]) for i in test}
         folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
                           threshold=model.threshold.threshold, prior_threshold=model.prior.threshold.threshold))
     outcome = [r.outcome(band=band, ifeval_drop_pp=ifeval_drop_pp) for r in runs]
     p_ben = [held[i].p_beneficial for i in range(len(runs))]
     p_harm = [held[i].p_harmful for i in range(len(runs))]
     base = {name: [rule(r) for r in runs] for name, rule in (baselines or {}).items()}
+    base |= {name: [go[i] for i in range(len(runs))] for name, go in fold_go.items()}
     rules = {"gonogo": figures([held[i].go for i in range(len(runs))], outcome),
              "p_harmful<0.5": figures([p < 0.5 for p in p_harm], outcome),
              "p_beneficial>=0.5": figures([p >= 0.5 for p in p_ben], outcome),

@@ -286,3 +286,100 @@ def test_two_worlds_are_held_out_one_card_at_a_time_across_both():
     for fold in e.folds:
         assert fold.n_held_out == 2  # one run per world
         assert fold.training_hash == gonogo.training_hash([r for r in runs if r.card_id != fold.held_out])
+
+
+# --- the loop's other Validate rules, as baselines (agent/experiments/gonogo_baselines.py) ------------
+
+F = (0.05, 0.10, 0.20)
+
+
+def _trial_run(card: str, targets, retention=(0.0, 0.0, 0.0), *, full_retention: float = 0.0, seed: int = 0,
+               world: int = 0) -> PairedRun:
+    """A run whose short runs read `targets` and `retention` (both IFEval metrics) at 5, 10 and 20 %."""
+    curve = tuple(_point(f, t, r) for f, t, r in zip(F, targets, retention))
+    return PairedRun(card_id=card, family="sql", method="sft", seed=seed, world_seed=world, curve=curve,
+                     full=_point(1.0, 0.0, full_retention))
+
+
+def _evaluate_baselines(runs):
+    from agent.experiments.gonogo_baselines import baselines
+    plain, per_fold = baselines(runs)
+    return evaluate(runs, alpha=0.2, baselines=plain, fold_baselines=per_fold, **RULE)
+
+
+def test_early_stop_continues_where_the_curve_reaches_the_adoption_threshold_at_full_length():
+    # Exact power laws c f^b with b on the rule's grid, so the fit returns c: 10, 0.3 (flat: b = 0), 0.9,
+    # 2, -5 and 1.2 pp at full length against MIN_EFFECT_PP = 1: three continue. Their 20 % readings
+    # (2.0, 0.3, 0.40, 0.89, -1.0, 0.80) give the trial's own verdict one pass, the rest inconclusive.
+    laws = [(10.0, 1.0), (0.3, 0.0), (0.9, 0.5), (2.0, 0.5), (-5.0, 1.0), (1.2, 0.25)]
+    runs = [_trial_run(f"C{i}", [c * f ** b for f in F]) for i, (c, b) in enumerate(laws)]
+    e = _evaluate_baselines(runs)
+    assert MIN_EFFECT_PP == 1.0
+    assert [h.baseline_go["early stop extrapolation"] for h in e.runs] == [True, False, False, True, False, True]
+    assert e.rules["early stop extrapolation"].go == 3 and e.rules["trial pass @0.20"].go == 1
+
+
+def test_successive_halving_ranks_each_world_seed_episode_in_catalogue_order():
+    # Episode (world 0, seed 0), catalogue order S01 S02 S03 S04 G01 G02, 20 % gains 1 3 2 5 4 6: the top
+    # ceil(k / 5) so far continue, so S01 (k = 1), S02 (3 beats 1), S04 (5), not S03 (2 < 3) nor G01
+    # (4 < 5); G02 (6, top 2 of 6) ranks in but its trial failed (IFEval -5 pp at 20 %). Episode seed 1,
+    # gains 6 5 4 3 2 1: only S01. The runs come in a directory's order (G before S, by id): read in
+    # that order, seed 0 would continue G01, G02 and S04 instead.
+    ids = ("S01", "S02", "S03", "S04", "G01", "G02")
+    gains = {0: (1.0, 3.0, 2.0, 5.0, 4.0, 6.0), 1: (6.0, 5.0, 4.0, 3.0, 2.0, 1.0)}
+    runs = [_trial_run(card, [0.0, 0.0, gains[s][ids.index(card)]],
+                       (0.0, 0.0, -5.0 if (card, s) == ("G02", 0) else 0.0), seed=s)
+            for card in sorted(ids) for s in (0, 1)]
+    e = _evaluate_baselines(runs)
+    go = {(h.card_id, h.seed) for h in e.runs if h.baseline_go["successive halving"]}
+    assert go == {("S01", 0), ("S02", 0), ("S04", 0), ("S01", 1)} and e.rules["successive halving"].go == 4
+    from agent.experiments.gonogo_baselines import halving
+    with pytest.raises(BadInput, match="came twice"):
+        halving(runs + runs[:1])
+
+
+def test_extrapolated_retention_fails_a_trial_whose_forgetting_at_full_length_breaks_the_guard():
+    # Every run's IFEval change grows by exactly -3 pp from its 20 % reading to the full run, so the
+    # `offset` model (leave-one-out error 0) predicts reading - 3 whatever fold it is fitted on: readings
+    # 0, 0.5, 1.5, 2, 3, -1 pp extrapolate to -3, -2.5, -1.5, -1, 0, -4 against the -2 pp guard, so three
+    # trials keep their pass (every trial gains 3 pp and no raw reading breaks the guard: six pass).
+    readings = (0.0, 0.5, 1.5, 2.0, 3.0, -1.0)
+    runs = [_trial_run(f"C{i}", [1.0, 2.0, 3.0], (r, r, r), full_retention=r - 3.0) for i, r in enumerate(readings)]
+    e = _evaluate_baselines(runs)
+    assert IFEVAL_DROP_PP == 2.0
+    assert [h.baseline_go["trial pass, extrapolated retention"] for h in e.runs] == [False, False, True, True, True, False]
+    assert e.rules["trial pass, extrapolated retention"].go == 3 and e.rules["trial pass @0.20"].go == 6
+
+
+def test_the_extrapolation_of_a_fold_is_fitted_without_its_held_out_group():
+    # C5 forgets 30 pp by full length, the others 1 pp, every trial reading +2.5 pp at 20 %. Held out,
+    # C5 is predicted from C0-C4 alone (growth exactly -1: +1.5 pp, within the guard): its trials pass.
+    # A fit that saw C5 drags the prediction under the guard; so does every other fold's, which has C5.
+    from agent.experiments.gonogo_baselines import extrapolated
+    runs = [_trial_run(f"C{i}", [1.0, 2.0, 3.0], (2.5, 2.5, 2.5), full_retention=2.5 - (30.0 if i == 5 else 1.0),
+                       seed=s) for i in range(6) for s in (0, 1)]
+    e = _evaluate_baselines(runs)
+    assert [h.baseline_go["trial pass, extrapolated retention"] for h in e.runs] == [False] * 10 + [True] * 2
+    assert [extrapolated(runs)(r) for r in runs[10:]] == [False, False]
+    with pytest.raises(BadInput, match="extrapolated retention.*at least 4 paired runs"):
+        extrapolated(runs[:2])
+
+
+def test_the_cli_measures_every_validate_rule_on_the_same_runs(tmp_path, capsys):
+    from policies import early_stop
+    path = _doc(tmp_path)
+    assert main(["gonogo", str(path), "--alpha", "0.2"]) == 0
+    table = capsys.readouterr().out
+    rules = ("trial pass @0.20", "early stop extrapolation", "successive halving", "trial pass, extrapolated retention")
+    assert all(f"| {name} |" in table for name in rules)
+    assert main(["gonogo", str(path), "--alpha", "0.2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cells = json.loads(path.read_text())["cells"]
+    # early stop is policies.early_stop's verdict on each trial's target curve at the gate's threshold
+    want = [early_stop.verdict({float(f): e["target"] for f, e in c["short"].items()}, MIN_EFFECT_PP)[0] == "pass"
+            for c in cells]
+    assert [r["baseline_go"]["early stop extrapolation"] for r in out["runs"]] == want
+    # v3's first 8 cells, one episode in catalogue order, 20 % gains 2.45 1.5 -4.42 1.5 4.02 4.02 0.89 0:
+    # S01 (first), G01 (best of 5), G02 (ties G01 for the top 2 of 6); every other is out of the top share.
+    go = [r["card_id"] for r in out["runs"] if r["baseline_go"]["successive halving"]]
+    assert go == ["S01", "G01", "G02"] and out["rules"]["successive halving"]["go"] == 3

@@ -16,7 +16,6 @@ from agent.world.embedded import check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
 from policies.authorize import NEEDS_GONOGO
-from trainers.steps import MAX_TRIAL_FRACTION
 
 DEFAULT_POLICIES = "bcit,flat_additive,additive_veto,validate_all,no_memory"
 """The five of the published comparison (docs/results/compare-default.md)."""
@@ -101,7 +100,7 @@ def register(sub) -> None:
 
 
 def _register_gonogo(sub) -> None:
-    g = sub.add_parser("gonogo", help="the learned go/no-go's held-out accuracy beside the 20 %% trial's pass",
+    g = sub.add_parser("gonogo", help="the learned go/no-go's held-out accuracy beside the loop's other Validate rules",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example:\n  agent gonogo docs/results/retrospective-default.json --alpha 0.1\n"
                               "  agent gonogo runs/retro-w0 runs/retro-w1 runs/retro-w2 --json")
@@ -114,24 +113,16 @@ def _register_gonogo(sub) -> None:
     g.set_defaults(func=cmd_gonogo)
 
 
-def _trial_passes(run) -> bool:
-    """The 20 % trial's verdict (trainers.trial.verdict under the retrospective's thresholds) is pass."""
-    from agent.experiments.retro_run import TRIAL_THRESHOLDS  # noqa: PLC0415 (torch, through the world)
-    from trainers.trial import verdict  # noqa: PLC0415 (torch)
-
-    point = next(p for p in run.curve if abs(p.fraction - MAX_TRIAL_FRACTION) < 1e-9)
-    failures = ("sanity",) if point.hard_failure else ()
-    return verdict(point.target_pp, point.retention_pp, (), TRIAL_THRESHOLDS, train_failures=failures)[0] == "pass"
-
-
 def cmd_gonogo(args) -> int:
     from policies import gonogo  # noqa: PLC0415 (scikit-learn)
     from policies.gonogo_eval import evaluate, markdown  # noqa: PLC0415 (scikit-learn)
+    from agent.experiments.gonogo_baselines import baselines  # noqa: PLC0415 (torch, through the trial's verdict)
 
     gonogo.check_levels(args.alpha, args.delta)
     runs, records = gonogo_inputs([Path(s) for s in args.sources])
     rule = gonogo_rule(args.alpha, args.delta)
-    result = evaluate(runs, records, baselines={"trial pass @0.20": _trial_passes}, **rule)
+    plain, per_fold = baselines(runs)
+    result = evaluate(runs, records, baselines=plain, fold_baselines=per_fold, **rule)
     model = gonogo.fit(runs, records, **rule) if args.model else None
     if model is not None:
         write_atomic(Path(args.model), gonogo.dumps(model))

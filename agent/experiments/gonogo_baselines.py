@@ -1,0 +1,137 @@
+"""The Validate rules `agent gonogo` measures beside the learned go/no-go (issue 27, item 5).
+
+Each rule is the loop's own, reached through the one function the loop's validate node calls,
+policies.trial_rules.acted_verdict, on the TrialFacts that a retrospective's paired run gives
+(`trial_facts`); a rule's go is its verdict `pass` (an Inconclusive is no go: the fallback lease
+that may still train it is an episode's budget, not the rule's prediction).
+
+- `trial pass @0.20`: the trial's own verdict (trainers.trial.verdict under the retrospective's
+  thresholds, retro_run.TRIAL_THRESHOLDS), what bcit and validate_all act on.
+- `early stop extrapolation`: policies.early_stop on the trial's target curve, held to the
+  adoption threshold MIN_EFFECT_PP (the run config's gate_min_gain_pp, the value the loop passes
+  as the gate's min_gain_pp and the retrospective's effect band).
+- `successive halving`: policies.halving, with each (world seed, training seed) one episode of
+  the catalogue's trials, every one ranked on its 20 % target gain (`episodes`).
+- `trial pass, extrapolated retention`: the trial's verdict after its retention check at full
+  length (policies.extrapolate.trial_retention, guard IFEVAL_DROP_PP, the run config's
+  gate_ifeval_drop_pp), as the loop applies it with a frozen extrapolation model: Fail where the
+  extrapolated IFEval change is below the guard; the raw reading's check stays in the trial's own
+  verdict. The extrapolation is learned from paired runs, so it is a FoldBaseline: fitted on the
+  fold's other groups only (`extrapolated`), as `agent compare --fit-from` fits it on the other
+  worlds; a model fitted on every run would be read on its own training data.
+
+Readings. Every rule reads the trial as the retrospective recorded it: its short runs against their
+matched control (PairedRun.curve), the readings `trial pass @0.20` has always read, so the four rules
+differ in their rule only (the extrapolation is fitted on that footing too). A loop's trial reads
+against the parent; the go/no-go's features read that footing where every run has it
+(Evaluation.footing).
+
+Episode order. The loop meets candidates in proposal order and halving ranks each trial among the
+episode's trials so far; a retrospective has no episode order, so the stated, fixed choice is the
+catalogue's (agent.world.catalogue.card_ids, the order the retrospective runs its cells), a card
+not in it after those, in the order read. Every cell of a retrospective ran its trial, so every run
+enters its episode's ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from experience_bank.errors import BadInput
+from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
+from agent.experiments.retro_run import TRIAL_THRESHOLDS
+from agent.world.catalogue import card_ids
+from policies import extrapolate
+from policies.authorize import EpisodeState, Verdict
+from policies.curves import CurvePoint, PairedRun, curve_table
+from policies.gonogo_eval import Baseline, FoldBaseline
+from policies.trial_rules import RetentionGuard, TrialFacts, acted_verdict
+from trainers.steps import MAX_TRIAL_FRACTION
+from trainers.trial import verdict
+
+TRIAL = "trial pass @0.20"
+EARLY_STOP = "early stop extrapolation"
+HALVING = "successive halving"
+EXTRAPOLATED = "trial pass, extrapolated retention"
+OWN_VERDICT = "bcit"
+"""A policy without a trial rule of its own (not in policies.trial_rules.TRIAL_RULES): it acts on
+the trial's verdict, after the retention check at full length where a model is frozen."""
+
+
+def trial_point(run: PairedRun) -> CurvePoint:
+    """The trial's own reading: the short run at the trial's fraction (trainers.steps.MAX_TRIAL_FRACTION)."""
+    for p in run.curve:
+        if abs(p.fraction - MAX_TRIAL_FRACTION) < 1e-9:
+            return p
+    raise BadInput(f"paired run {run.card_id} (seed {run.seed}) has no short run at {MAX_TRIAL_FRACTION:.2f}: "
+                   "pass cells of `agent retrospective --execute`, which run the trial there")
+
+
+def recorded(run: PairedRun) -> Verdict:
+    """The trial's verdict under the retrospective's thresholds (its one owner, trainers.trial.verdict)."""
+    point = trial_point(run)
+    failures = ("sanity",) if point.hard_failure else ()
+    return verdict(point.target_pp, point.retention_pp, (), TRIAL_THRESHOLDS, train_failures=failures)[0]
+
+
+def trial_facts(run: PairedRun, retention: RetentionGuard | None = None) -> TrialFacts:
+    """What the loop's validate node hands a trial rule, read off the run's trial (the module's `Readings`)."""
+    return TrialFacts(recorded(run), curve_table(run.curve), MIN_EFFECT_PP, gain=trial_point(run).target_pp,
+                      card=run, retention=retention)
+
+
+def _goes(policy: str, run: PairedRun, state: EpisodeState,
+          retention: RetentionGuard | None = None) -> tuple[bool, EpisodeState]:
+    own, after, _ = acted_verdict(policy, trial_facts(run, retention), state)
+    return own.verdict == "pass", after
+
+
+def trial_passes(run: PairedRun) -> bool:
+    return _goes(OWN_VERDICT, run, EpisodeState())[0]
+
+
+def early_stop_passes(run: PairedRun) -> bool:
+    return _goes("early_stop_extrapolation", run, EpisodeState())[0]
+
+
+def _key(run: PairedRun) -> tuple[int, str, int]:
+    return run.world_seed, run.card_id, run.seed
+
+
+def episodes(runs: Sequence[PairedRun]) -> list[list[PairedRun]]:
+    """Each (world seed, training seed)'s runs, in the catalogue's order (the module's `Episode order`);
+    BadInput where a run comes twice (a source passed twice would rank a trial against itself)."""
+    keys = [_key(r) for r in runs]
+    if len(set(keys)) != len(keys):
+        raise BadInput("the same (world seed, card, seed) came twice: pass each retrospective once")
+    order = {c: i for i, c in enumerate(card_ids())}
+    by_episode: dict[tuple[int, int], list[PairedRun]] = {}
+    for r in runs:
+        by_episode.setdefault((r.world_seed, r.seed), []).append(r)
+    return [sorted(e, key=lambda r: order.get(r.card_id, len(order))) for e in by_episode.values()]
+
+
+def halving(runs: Sequence[PairedRun]) -> Baseline:
+    """Successive halving's go for each of `runs`, every episode walked from an empty EpisodeState."""
+    go: dict[tuple[int, str, int], bool] = {}
+    for episode in episodes(runs):
+        state = EpisodeState()
+        for run in episode:
+            go[_key(run)], state = _goes("successive_halving", run, state)
+    return lambda run: go[_key(run)]
+
+
+def extrapolated(train: Sequence[PairedRun]) -> Baseline:
+    """A FoldBaseline: the trial's verdict after its retention check at full length, the extrapolation
+    fitted on `train` (a fold's runs without its held-out group) on the trial's footing (control)."""
+    try:
+        guard = RetentionGuard(fit=extrapolate.fit(train, footing="control"), drop_pp=IFEVAL_DROP_PP)
+    except BadInput as exc:
+        raise BadInput(f"`{EXTRAPOLATED}` fits the forgetting extrapolation on each fold's other runs: {exc}") from None
+    return lambda run: _goes(OWN_VERDICT, run, EpisodeState(), guard)[0]
+
+
+def baselines(runs: Sequence[PairedRun]) -> tuple[dict[str, Baseline], dict[str, FoldBaseline]]:
+    """(the rules that learn nothing, the rule made per fold) for policies.gonogo_eval.evaluate on `runs`."""
+    return ({TRIAL: trial_passes, EARLY_STOP: early_stop_passes, HALVING: halving(runs)},
+            {EXTRAPOLATED: extrapolated})
