@@ -67,22 +67,42 @@ def mean_interval(xs: Sequence[float], confidence: float = 0.95) -> tuple[float,
     return mean, (float(ci.low), float(ci.high))
 
 
+def pooled_sd(samples: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(s_p, df): the spread pooled over samples, s_p^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1), on
+    df = sum (n_i - 1) degrees of freedom; s_p is nan where df = 0 (no sample has two values)."""
+    xs = [_finite(x, "effects") for x in samples]
+    if any(len(x) == 0 for x in xs):
+        raise BadInput("a pooled spread needs at least one effect per sample")
+    df = sum(len(x) - 1 for x in xs)
+    return (math.sqrt(sum(float(np.sum((x - np.mean(x)) ** 2)) for x in xs) / df) if df else math.nan), df
+
+
 def pooled_mean_intervals(samples: Sequence[Sequence[float]],
                           confidence: float = 0.95) -> list[tuple[float, tuple[float, float] | None]]:
     """(mean, two-sided Student-t interval) of each sample's mean with the spread pooled over all of
-    them: s_p^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1) on sum (n_i - 1) degrees of freedom, interval
-    mean_i +- t s_p / sqrt(n_i). For a few seeds per cell of runs that share their noise (the same
-    method, family and controls), this trades mean_interval's 2 degrees of freedom at 3 seeds
-    (t = 4.30) for the group's. Intervals are None where no sample has two values."""
-    xs = [_finite(x, "effects") for x in samples]
-    if any(len(x) == 0 for x in xs):
-        raise BadInput("a pooled interval needs at least one effect per sample")
-    df = sum(len(x) - 1 for x in xs)
+    them (pooled_sd), interval mean_i +- t s_p / sqrt(n_i). For a few seeds per cell of runs that
+    share their noise (the same method, family and controls), this trades mean_interval's 2 degrees
+    of freedom at 3 seeds (t = 4.30) for the group's. Intervals are None where no sample has two values."""
+    sp, df = pooled_sd(samples)
+    means = [float(np.mean(np.asarray(x, dtype=float))) for x in samples]
     if df == 0:
-        return [(float(np.mean(x)), None) for x in xs]
-    sp = math.sqrt(sum(float(np.sum((x - np.mean(x)) ** 2)) for x in xs) / df)
+        return [(m, None) for m in means]
     t = float(stats.t.ppf(0.5 + confidence / 2, df))
-    return [(m, (m - t * sp / math.sqrt(len(x)), m + t * sp / math.sqrt(len(x)))) for x in xs for m in [float(np.mean(x))]]
+    return [(m, (m - t * sp / math.sqrt(len(x)), m + t * sp / math.sqrt(len(x)))) for m, x in zip(means, samples)]
+
+
+def seeds_to_resolve(sp: float, cells: int, margin: float, *, confidence: float = 0.95,
+                     most: int = 50) -> int | None:
+    """The fewest seeds K per cell at which a cell whose effect is exactly 0 has its pooled interval
+    (cells x (K - 1) degrees of freedom, spread sp) strictly inside (-margin, +margin): below it no
+    cell of the group can be decided on that side of the boundary, whatever its effect. None when
+    even `most` seeds do not suffice (or the spread is unknown)."""
+    if not (sp >= 0 and margin > 0 and cells >= 1):
+        return None
+    for k in range(2, most + 1):
+        if float(stats.t.ppf(0.5 + confidence / 2, cells * (k - 1))) * sp / math.sqrt(k) < margin:
+            return k
+    return None
 
 
 def mcnemar_exact(b: int, c: int) -> float:

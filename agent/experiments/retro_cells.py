@@ -49,7 +49,7 @@ def interval_class(ci: dict[str, list[float]], hard_failure: bool = False) -> st
 CLASS_METRICS = ("target", *IFEVAL)
 
 
-def _full_values(cell: dict[str, Any], metric: str) -> list[float]:
+def full_values(cell: dict[str, Any], metric: str) -> list[float]:
     return [b["full_target"] if metric == "target" else b["full_ifeval"][metric] for b in cell["by_seed"]]
 
 
@@ -65,7 +65,7 @@ def pool_classes(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             groups.setdefault((c["family"], c["method"]), []).append(i)
     out = list(cells)
     for members in groups.values():
-        ci = {m: pooled_mean_intervals([_full_values(cells[i], m) for i in members]) for m in CLASS_METRICS}
+        ci = {m: pooled_mean_intervals([full_values(cells[i], m) for i in members]) for m in CLASS_METRICS}
         for j, i in enumerate(members):
             pooled = {m: list(ci[m][j][1]) for m in CLASS_METRICS}
             c = cells[i]

@@ -69,6 +69,34 @@ def _uncertain(t: dict[str, Any]) -> str:
             f"figure below, which rest on the other {t['n_decided']} cells.")
 
 
+def _seeds_text(k: int | None) -> str:
+    return "more than 50" if k is None else str(k)
+
+
+def _mix_lines(t: dict[str, Any]) -> list[str]:
+    """Issue 26 item 3's verdict on the classes, and the precision the classes were decided at."""
+    if "mix" not in t:
+        return []
+    m = t["mix"]
+    names = list(m["overall"])
+    lines = ["## Outcome mix (issue 26, item 3: every class in every family, at least 4 of each overall)", "",
+             "**" + ("Met." if m["met"] else "Not met: " + "; ".join(m["shortfalls"]) + ".") + "**", "",
+             "| family | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+             *[f"| {fam} | " + " | ".join(str(c[k]) for k in names) + " |" for fam, c in m["by_family"].items()],
+             "| all | " + " | ".join(str(m["overall"][k]) for k in names) + " |", ""]
+    if t.get("precision"):
+        lines += ["Precision of the pooled classes (retro_mix.precision): the between-seed spread of each group's full "
+                  "runs, and the seeds per cell at which a zero effect would be decided, on the target inside the "
+                  "neutral band, on IFEval above the guard. Where the seeds run are fewer, no cell of the group can be "
+                  "classed neutral (or retention-safe) however small its effect.", "",
+                  "| family | method | cells x seeds | SD target pp | SD IFEval pp (worse of the two) | seeds for neutral "
+                  "| seeds for IFEval-safe |", "|---|---|---|---|---|---|---|",
+                  *[f"| {p['family']} | {p['method']} | {p['cells']} x {p['seeds']} | {p['sd_target_pp']:.2f} | "
+                    f"{p['sd_ifeval_pp']:.2f} | {_seeds_text(p['seeds_to_decide_neutral'])} | "
+                    f"{_seeds_text(p['seeds_to_decide_retention'])} |" for p in t["precision"]], ""]
+    return lines
+
+
 def summary_markdown(doc: dict[str, Any]) -> str:
     led, t, comp = doc["ledger"], doc["table"], doc["compatibility_stage0"]
     base = f" (base weights {led['base_sha256'][:12]})" if led.get("base_sha256") else ""
@@ -97,6 +125,7 @@ def summary_markdown(doc: dict[str, Any]) -> str:
               f"all {_num(sf['spearman'])}, SFT {_num(sf['spearman_sft'])}, GRPO {_num(sf['spearman_grpo'])}; "
               f"confusion (Pass as a detector of beneficial) {sf['confusion']}; Pass precision "
               f"{_pct(sf['pass_precision'])} %, recall {_pct(sf['pass_recall'])} %.", ""]
+    lines += _mix_lines(t)
     paper = doc["paper"]
     lines += ["## Audit of every policy on these cells, beside the paper", "",
               "| policy | HER % (95 % CI) | BCov % (95 % CI) | harmful share % | paper HER % | paper BCov % |",

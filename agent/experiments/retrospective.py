@@ -68,6 +68,7 @@ from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
     FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, pool_classes, summarise_cells,
 )
+from agent.experiments.retro_mix import mix, precision
 from agent.experiments.retro_run import CellPorts, _once, _trial_verdict, run_cell
 from agent.experiments.retro_summary import write_summary
 from agent.world.catalogue import catalogue, catalogue_sha256
@@ -237,7 +238,7 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
     (out / "cells.jsonl").write_text("".join(canonical_json(c) + "\n" for c in done), encoding="utf-8")
     if decision_hashes:
         write_outcomes(out, done, decision_hashes)
-    summary = summarise_cells(done) if done else {}
+    summary = (summarise_cells(done) | {"mix": mix(done), "precision": precision(done)}) if done else {}
     (out / "summary.json").write_text(json.dumps({"summary": summary, "failed": failed}, indent=1, sort_keys=True))
     return {"cells_done": len(done), "cells_failed": len(failed), "failed": failed, "summary": summary}
 
