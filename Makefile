@@ -58,13 +58,14 @@ worlds: $(STAMP)
 	    --out $(MEASURE_DIR)/retrospective-w$$w --results $(RESULTS_DIR)/retrospective-v4-w$$w || exit $$?; \
 	done
 
-# The policies compared on the development worlds (issues 26 and 27), after `make worlds`: every
-# policy at 6 paired seeds on each world, pooled over (world, seed); bcit_predictive's go/no-go and
+# The policies compared on the development worlds (issues 26 and 27), after `make worlds`: issue
+# 27's seven and additive_veto (with bcit, flat_additive, validate_all and no_memory, issue 26's
+# five), every policy at 6 paired seeds on each world, pooled over (world, seed); bcit_predictive's go/no-go and
 # every trial's forgetting extrapolation fitted on the *other* worlds' retrospectives only
 # (--fit-from, leave-one-world-out). Resumable: run it again and it picks up where it stopped.
 # Run directories stay under $(MEASURE_DIR); each finished episode's digest (small JSON) and the
 # tables are kept in docs/results/compare-v4/, so a commit of it resumes on another machine.
-COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,no_memory
+COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,additive_veto,no_memory
 COMPARE_WORLDS ?= 0,1,2
 COMPARE_JOBS ?= 2
 compare-worlds: $(STAMP)
