@@ -66,10 +66,14 @@ CHECK_PP = 2e-3
 
 
 def paired_diffs(child: dict[str, float], control: dict[str, float]) -> np.ndarray:
-    """Per-item differences child - control (pp) on the items both decided, in the child's order."""
+    """Per-item differences child - control (pp), in item id order. An UNKNOWN item (nan) is
+    refused, not dropped: the seeds x items split needs every seed of a cell on the same items."""
     if child.keys() != control.keys():
         raise BadInput("intervention and control were scored on different items: pair them on one split")
-    return np.array([child[k] - control[k] for k in child if not (math.isnan(child[k]) or math.isnan(control[k]))])
+    d = np.array([child[k] - control[k] for k in sorted(child)])
+    if np.isnan(d).any():
+        raise BadInput(f"{int(np.isnan(d).sum())} items are UNKNOWN (scorer error): rescore them before splitting")
+    return d
 
 
 def paired_se2(diffs: np.ndarray) -> float:
@@ -158,6 +162,8 @@ def table_world(run_dir: Path) -> Any:
     """The world a table ran on, from the cache ($AGENT_CACHE) and checked against its ledger."""
     from agent.world.embedded import cached_world
 
+    if not (run_dir / "ledger.json").is_file():
+        raise BadInput(f"{run_dir} has no ledger.json: pass a retrospective run directory (measure/retrospective-w0)")
     ledger = json.loads((run_dir / "ledger.json").read_text(encoding="utf-8"))
     size = ledger["world"].rsplit("-", 1)[0]
     world = cached_world(size, ledger["world_seed"])
@@ -184,15 +190,16 @@ def _check(cell: dict[str, Any], metric: str, diffs: np.ndarray, where: Path) ->
                        f"{full:.4f}: the control matched is not the one the cell used")
 
 
-def seed_diffs(run_dir: Path, world: Any, seed_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """One cell seed: its cell.json and, per metric, the paired per-item differences of its full run."""
+def seed_diffs(run_dir: Path, world: Any, seed_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], list]:
+    """One cell seed: its cell.json, per metric the paired per-item differences of its full run,
+    and the item ids they are in the order of."""
     cell = json.loads((seed_dir / "cell.json").read_text(encoding="utf-8"))
     child = eval_values(seed_dir / "evals" / "f1.00-adoption", cell["family"])
     control = eval_values(control_evals(run_dir, world, cell["id"], cell["seed"]), cell["family"])
     out = {m: paired_diffs(child[m], control[m]) for m in METRICS}
     for m, d in out.items():
         _check(cell, m, d, seed_dir)
-    return cell, out
+    return cell, out, [sorted(child[m]) for m in METRICS]
 
 
 def group_arrays(run_dir: Path) -> dict[tuple[str, str], dict[str, list[np.ndarray]]]:
@@ -203,10 +210,12 @@ def group_arrays(run_dir: Path) -> dict[tuple[str, str], dict[str, list[np.ndarr
         seeds = [seed_diffs(run_dir, world, s) for s in sorted(cell_dir.glob("s*")) if (s / "cell.json").is_file()]
         if len(seeds) < 2:
             continue  # one seed has no between-seed spread
+        if any(ids != seeds[0][2] for _, _, ids in seeds):
+            raise BadInput(f"{cell_dir}: its seeds were scored on different items; evaluate every seed on one split")
         cell = seeds[0][0]
         g = groups.setdefault((cell["family"], cell["method"]), {m: [] for m in METRICS})
         for m in METRICS:
-            g[m].append(np.stack([d[m] for _, d in seeds]))
+            g[m].append(np.stack([d[m] for _, d, _ in seeds]))
     return groups
 
 

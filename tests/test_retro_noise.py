@@ -23,8 +23,9 @@ def test_paired_se_is_var_over_n_and_agrees_with_paired_stats():
     assert owner.se_pp ** 2 == pytest.approx(paired_se2(d))
 
 
-def test_unknown_items_are_left_out_and_other_items_refused():
-    assert paired_diffs({"a": 100.0, "b": math.nan}, {"a": 0.0, "b": 100.0}).tolist() == [100.0]
+def test_unknown_items_and_other_items_are_refused():
+    with pytest.raises(BadInput, match="1 items are UNKNOWN"):
+        paired_diffs({"a": 100.0, "b": math.nan}, {"a": 0.0, "b": 100.0})
     with pytest.raises(BadInput, match="different items"):
         paired_diffs({"a": 1.0}, {"b": 1.0})
 
