@@ -151,7 +151,7 @@ def test_a_changed_model_file_or_frozen_copy_refuses_the_resume(tmp_path):
     with pytest.raises(BadInput, match="changed since run started"):
         check_resume(ctx.rundir, ctx.manifest)
     write_model(path)
-    ctx.rundir.gonogo_file.write_text(ctx.rundir.gonogo_file.read_text().replace('"alpha":0.2', '"alpha":0.25'))
+    ctx.rundir.gonogo_file.write_text(ctx.rundir.gonogo_file.read_text().replace('"alpha":0.1', '"alpha":0.25'))
     with pytest.raises(BadInput, match="differs from the model the run froze"):
         check_resume(ctx.rundir, ctx.manifest)
 
