@@ -42,20 +42,24 @@ test-slow: $(STAMP) $(CHROMIUM)
 test-cpu-proof: $(STAMP)
 	$(VENV)/bin/pytest -m cpu_proof -s
 
-# The development worlds' seeded retrospectives (issue 26; docs/results/worlds-v4.md): each world
+# The development worlds' seeded retrospectives (issue 26; docs/results/worlds-v4.md, worlds-v5.md): each world
 # built, seed-banked and its 24 cells run at 3 training seeds. Hours of CPU on 2 cores, one torch
 # thread per process; every step is cached, so running it again resumes where it stopped.
 # Run directories stay outside the work tree, under $AGENT_CACHE; each finished cell and seed is
-# also kept in docs/results/retrospective-v4-w<N>/ (small JSON), so a commit of it resumes the
-# measurement on another machine without running those seeds (or the seed bank) again.
+# also kept in docs/results/retrospective-$(MEASUREMENT)-w<N>/ (small JSON), so a commit of it resumes
+# the measurement on another machine without running those seeds (or the seed bank) again.
+# MEASUREMENT names the published results' version: v5 = the v4 worlds and catalogue with the
+# controls on the catalogue's reference recipe and full runs read on 1,000 items.
 comma := ,
+MEASUREMENT ?= v5
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
 RESULTS_DIR ?= docs/results
 worlds: $(STAMP)
 	for w in $(WORLD_SEEDS); do \
 	  OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
-	    --out $(MEASURE_DIR)/retrospective-w$$w --results $(RESULTS_DIR)/retrospective-v4-w$$w || exit $$?; \
+	    --out $(MEASURE_DIR)/retrospective-$(MEASUREMENT)-w$$w --results $(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$$w \
+	    || exit $$?; \
 	done
 
 # The policies compared on the development worlds (issues 26 and 27), after `make worlds`: issue
@@ -64,12 +68,12 @@ worlds: $(STAMP)
 # every trial's forgetting extrapolation fitted on the *other* worlds' retrospectives only
 # (--fit-from, leave-one-world-out). Resumable: run it again and it picks up where it stopped.
 # Run directories stay under $(MEASURE_DIR); each finished episode's digest (small JSON) and the
-# tables are kept in docs/results/compare-v4/, so a commit of it resumes on another machine.
+# tables are kept in docs/results/compare-$(MEASUREMENT)/, so a commit of it resumes on another machine.
 COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,additive_veto,no_memory
 COMPARE_WORLDS ?= 0,1,2
 COMPARE_JOBS ?= 2
 compare-worlds: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
-	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-v4 --jobs $(COMPARE_JOBS) \
-	  --results $(RESULTS_DIR)/compare-v4 \
-	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-v4-w$(w))
+	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-$(MEASUREMENT) --jobs $(COMPARE_JOBS) \
+	  --results $(RESULTS_DIR)/compare-$(MEASUREMENT) \
+	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$(w))

@@ -36,6 +36,12 @@ class EvalSizes:
     """The seed bank's source-suite items (validation split)."""
     seed_ifeval: int
     """The seed bank's IFEval prompts (validation split)."""
+    outcome_target: int
+    """The executed retrospective's full runs (adoption split), each target suite: the outcome class
+    every predictor is scored against, so read more precisely than a single gate decision. A split
+    whose question space is smaller is read whole (sql/target: about 260-290 per split)."""
+    outcome_ifeval: int
+    """The executed retrospective's full runs (adoption split), IFEval prompts."""
 
     def suite_n(self, suite: str) -> int:
         return {"ifeval": self.ifeval, "captrack": self.captrack}.get(suite, self.target)
@@ -44,13 +50,19 @@ class EvalSizes:
 EVAL_SIZES = {
     # 200 items: one item is 0.5 pp, a quarter of the -2 pp IFEval guard and half the 1 pp
     # minimum gain; paired, the SE of a difference is about 1.5 pp (issue 26). CapTrack: 30 per
-    # sub-capability, the fewest the gate lets decide a severe verdict.
-    "default": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=200, seed_ifeval=200),
+    # sub-capability, the fewest the gate lets decide a severe verdict. Outcomes at 1,000: in the
+    # v4 retrospectives the finance and IFEval spread of a cell was mostly item noise
+    # (docs/results/retro-noise-v4.md), which 200 items left too wide to class a cell neutral.
+    "default": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=200, seed_ifeval=200,
+                         outcome_target=1000, outcome_ifeval=1000),
     # the tests' tiny world: the path, not a powered verdict
-    "test": EvalSizes(target=16, ifeval=16, captrack=14, seed_source=16, seed_ifeval=8),
+    "test": EvalSizes(target=16, ifeval=16, captrack=14, seed_source=16, seed_ifeval=8, outcome_target=24,
+                      outcome_ifeval=16),
     # a real model on CPU generates slowly: the seed bank stays small; decisions as on default
-    "smol": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=32, seed_ifeval=16),
-    "local": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=16, seed_ifeval=8),
+    "smol": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=32, seed_ifeval=16, outcome_target=200,
+                      outcome_ifeval=200),
+    "local": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=16, seed_ifeval=8, outcome_target=200,
+                       outcome_ifeval=200),
 }
 
 

@@ -55,8 +55,6 @@ from experience_bank.results import ItemResult, SuiteResult  # noqa: E402
 from policies.stats import pooled_sd, seeds_to_resolve  # noqa: E402
 
 METRICS = ("target", "prompt_strict", "inst_strict")
-EVAL_ITEMS = 200
-"""Items per suite on the adoption split now (retrospective.eval_n of the default world)."""
 MORE_ITEMS = 1000
 CHECK_PP = 2e-3
 """cell.json rounds effects to 1e-4 pp (scores) and 1e-6 (effects): a recomputed effect must agree to this."""
@@ -96,10 +94,10 @@ def _pool_ms(parts: list[dict[str, float]], name: str) -> float:
     return sum(p[f"ms_{name}"] * p[f"df_{name}"] for p in parts) / sum(p[f"df_{name}"] for p in parts)
 
 
-def decompose(cells: Sequence[np.ndarray], margin: float, n_items: int = EVAL_ITEMS,
-              more: int = MORE_ITEMS) -> dict[str, Any]:
+def decompose(cells: Sequence[np.ndarray], margin: float, n_items: int, more: int = MORE_ITEMS) -> dict[str, Any]:
     """One (family, method) group: each cell a seeds x items array of paired differences (pp) on the
-    cell's items. Variances in pp^2; `k_*`: seeds a zero effect needs inside +-margin (None: > 50)."""
+    cell's items, read on `n_items` prompts (for inst_strict the items are its instructions). Variances
+    in pp^2; `k_*`: seeds a zero effect needs inside +-margin (None: > 50)."""
     between_sd, df = pooled_sd([c.mean(axis=1) for c in cells])
     between = between_sd ** 2
     item = float(np.mean([paired_se2(row) for c in cells for row in c]))
@@ -228,12 +226,18 @@ def _margin(metric: str) -> float:
     return MIN_EFFECT_PP if metric == "target" else IFEVAL_DROP_PP
 
 
+def _prompts(group: dict[str, list[np.ndarray]], metric: str) -> int:
+    """Prompts the group was read on (the stored evaluations': 200 in v4, 1,000 at the outcome sizes)."""
+    return group["target" if metric == "target" else "prompt_strict"][0].shape[1]
+
+
 def _k(k: int | None) -> str:
     return "> 50" if k is None else str(k)
 
 
 def markdown(title: str, groups: dict[tuple[str, str], dict[str, list[np.ndarray]]]) -> str:
-    rows = [(f, me, m, decompose(groups[(f, me)][m], _margin(m))) for f, me in sorted(groups) for m in METRICS]
+    rows = [(f, me, m, decompose(groups[(f, me)][m], _margin(m), _prompts(groups[(f, me)], m)))
+            for f, me in sorted(groups) for m in METRICS]
     a = [f"### {title}: paired SE (variances in pp^2, SDs in pp; K = seeds a zero effect needs)", "",
          "| family | method | metric | cells | df | between var | item var | training var | item share | SD now "
          f"| SD @{MORE_ITEMS} | K now | K @{MORE_ITEMS} |", "|" + "---|" * 13]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from agent.world.catalogue import catalogue
+from agent.world.catalogue import REFERENCE_CARDS, catalogue
 from agent.world.controls import CONTROL_POOL, control_card, control_examples, control_key, is_control
 from agent.world.source_contexts import source_card
 from support.bank_factory import sha
@@ -34,11 +34,25 @@ def test_a_control_keeps_the_budget_and_drops_the_intervention():
         assert ctrl.hparams.rewards == (("placebo",) if card.method == "grpo" else ())
 
 
+def test_a_control_trains_with_its_methods_standard_card_recipe():
+    """The catalogue owns the reference recipe: a control of any card trains at the learning rate,
+    schedule and warm-up of the standard card of its method (S01, G05), and GRPO at its KL weight and
+    temperature, whatever the card's own (v4 lowered S01 to 1e-4 while the controls kept 5e-4)."""
+    w = fake_world()
+    cards = {c.id: c for c in catalogue(w)}
+    for card in cards.values():
+        ref = cards[REFERENCE_CARDS[card.method]].hparams
+        ctrl = control_card(card, w).hparams
+        assert (ctrl.learning_rate, ctrl.lr_scheduler, ctrl.warmup_ratio, ctrl.beta, ctrl.temperature) == (
+            ref.learning_rate, ref.lr_scheduler, ref.warmup_ratio, ref.beta, ref.temperature)
+    assert control_card(cards["S12"], w).hparams.learning_rate == cards["S01"].hparams.learning_rate == 1e-4
+
+
 def test_controls_are_shared_where_and_only_where_the_match_keys_coincide():
     w = fake_world()
     cards = catalogue(w)
     keys = {c.id: control_key(control_card(c, w), PARENT, 0) for c in cards}
-    # every SFT card of the catalogue has 120 nominal steps and every GRPO card 32: one control each
+    # every SFT card of the catalogue has 120 nominal steps and every GRPO card 64: one control each
     assert len({keys[c.id] for c in cards if c.method == "sft"}) == 1
     assert len({keys[c.id] for c in cards if c.method == "grpo"}) == 1
     assert len(set(keys.values())) == 2

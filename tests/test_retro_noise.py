@@ -61,7 +61,7 @@ def test_decomposition_by_hand():
 
 def test_a_training_spread_below_the_item_noise_is_zero_not_negative():
     flat = [np.array([[100.0, 0.0], [0.0, 100.0]])]  # both seeds 50 pp: no spread, all item noise
-    r = decompose(flat, margin=1.0)
+    r = decompose(flat, margin=1.0, n_items=2)
     assert (r["between"], r["train"], r["item"]) == (0.0, 0.0, pytest.approx(1250.0))
 
 

@@ -55,6 +55,17 @@ def test_every_world_seed_has_200_items_on_every_decision_split():
                 assert len(tasks.items(task, split, seed, EVAL_SIZES["default"].target)) == 200
 
 
+def test_an_outcome_split_is_read_at_its_size_or_whole_where_the_question_space_is_smaller():
+    n = EVAL_SIZES["default"].outcome_target
+    for task in ("finance/target", "function/target", "ifeval"):
+        assert len(tasks.items(task, "adoption", 1, n)) == n
+    sql = tasks.items("sql/target", "adoption", 1, n)
+    ids = [x["id"] for x in sql]
+    assert 200 < len(sql) < n and len(set(ids)) == len(ids)
+    assert ids == [x["id"] for x in tasks.items("sql/target", "adoption", 1, 2 * n)]  # all there is
+    assert ids[:200] == [x["id"] for x in tasks.items("sql/target", "adoption", 1, 200)]  # the loop's are a prefix
+
+
 def test_one_eval_size_table_answers_the_loop_the_retrospective_and_the_seed_bank(tmp_path):
     cfg = RunConfig()
     assert (cfg.target_n, cfg.suite_n("sql/target"), cfg.suite_n("ifeval"), cfg.suite_n("captrack")) == (200, 200, 200, 210)
@@ -62,7 +73,9 @@ def test_one_eval_size_table_answers_the_loop_the_retrospective_and_the_seed_ban
     assert (test.suite_n("sql/target"), test.suite_n("ifeval")) == (EVAL_SIZES["test"].target, EVAL_SIZES["test"].ifeval)
     assert RunConfig(eval_n=48, ifeval_n=100).suite_n("sql/target") == 48  # a config still overrides
     assert RunConfig(base_model="/m").world_kind == "local" and eval_sizes("anything-else") == EVAL_SIZES["local"]
-    assert eval_n("default") == (200, 200) and eval_n("test") == (16, 16)
+    # trials read as the loop reads them; full runs (the outcome labels) at the outcome sizes
+    assert eval_n("default", "validation") == (200, 200) and eval_n("default", "adoption") == (1000, 1000)
+    assert eval_n("test", "validation") == (16, 16) and eval_n("test", "adoption") == (24, 16)
     from agent.world.seed_bank import seed_size
 
     class W:

@@ -85,11 +85,14 @@ DEFAULT_SEEDS = 3
 """Training seeds per cell (`agent retrospective --seeds`)."""
 
 
-def eval_n(world_size: str) -> tuple[int, int]:
-    """(target items, IFEval prompts) of every evaluation of a cell, on both splits: the world's
-    decision sizes (agent.config.EVAL_SIZES; a local world's splits may hold fewer: all of them)."""
+def eval_n(world_size: str, split: str) -> tuple[int, int]:
+    """(target items, IFEval prompts) of a cell's evaluations on `split` (agent.config.EVAL_SIZES):
+    the trial's readings (validation) at the loop's decision sizes, so that the curves a go/no-go is
+    fitted on are read as a loop's trial reads them; the full runs (adoption) at the outcome sizes,
+    since their class is the label every predictor is scored against. A split with fewer items
+    (a local world's, or a small question space) is read whole."""
     sizes = eval_sizes(world_size)
-    return sizes.target, sizes.ifeval
+    return (sizes.outcome_target, sizes.outcome_ifeval) if split == "adoption" else (sizes.target, sizes.ifeval)
 
 
 # --- a seeded cell: its seeds' cells, averaged ---------------------------------------------------
@@ -248,11 +251,10 @@ class WorldPorts:
 
     def __init__(self, world: Any):
         self.world = world
-        self.sizes = eval_n(world.size)
         self.runner = CardRunner(world)  # its run cache is shared with episodes and the seed bank
 
     def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
-        n, n_ifeval = self.sizes
+        n, n_ifeval = eval_n(self.world.size, split)
         target = self.runner.evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n)
         ife = self.runner.evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval)["ifeval"]
         key = PRIMARY_METRIC[family]
@@ -306,7 +308,7 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
         "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "world_seed": world.seed,
         "base_sha256": world.model.sha256, "seed": seed, "seeds": seed_list,
         "catalogue_sha256": catalogue_sha256(), "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
-        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": eval_n(world.size),
+        "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": {split: eval_n(world.size, split) for split in ("validation", "adoption")},
         "control": "trained matched control (agent/world/controls.py) at the same fraction",
         "code": retro_results.code_version()}
     if results is not None:

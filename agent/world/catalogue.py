@@ -116,6 +116,20 @@ _SPEC: tuple[tuple, ...] = (
 )
 
 
+REFERENCE_CARDS = {"sft": "S01", "grpo": "G05"}
+"""The standard card of each method: its recipe is the one a matched control trains with."""
+
+
+def reference_recipe(method: str) -> dict:
+    """The training recipe of a method's standard card (REFERENCE_CARDS): learning rate, schedule,
+    warm-up and, for GRPO, the KL weight and temperature. The matched controls (agent/world/controls.py)
+    take it from here, so a change of the catalogue's rates changes its controls with it (v4 lowered
+    S01 to 1e-4 while the controls kept v3's 5e-4: the control was then the larger update)."""
+    k = next(row[5] for row in _SPEC if row[0] == REFERENCE_CARDS[method])
+    recipe = {"learning_rate": k["lr"], "lr_scheduler": k.get("sched", "cosine"), "warmup_ratio": k.get("warmup", 0.05)}
+    return recipe | ({"beta": k["beta"], "temperature": k["temp"]} if method == "grpo" else {})
+
+
 def catalogue_sha256() -> str:
     """Hash of the frozen table (independent of any world's dataset hashes)."""
     constants = {"version": 4, "step_scale": STEP_SCALE, "protocols": OUTPUT_PROTOCOL, "lora_targets": LORA_TARGETS,

@@ -21,7 +21,7 @@ pair measures, so none of them is in the control.
 The control depends on (method, steps, examples) and not on the card's family, so cards that
 share parent, seed and budget share one control run (`control_key`), evaluated once on each
 family's items. In the embedded catalogue every SFT card has 120 nominal steps and every GRPO
-card 32, so one control per (parent, seed, method, fraction) serves them all.
+card 64, so one control per (parent, seed, method, fraction) serves them all.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from experience_bank.hashing import content_hash
 from experience_bank.records import CandidateCard, ModelRef
+from agent.world.catalogue import reference_recipe
 from agent.world.examples import card_examples
 from trainers.data import replay_examples
 
@@ -38,10 +39,9 @@ if TYPE_CHECKING:
     from agent.world.interface import WorldData
 
 CONTROL_POOL = "ifeval/train"
-REFERENCE = {"sft": {"learning_rate": 5e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05},
-             "grpo": {"learning_rate": 1e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05, "beta": 0.04,
-                      "temperature": 1.0, "rewards": ("placebo",)}}
-"""The reference recipe per method: the standard cards' (S01, G05) hyperparameters."""
+REFERENCE = {"sft": reference_recipe("sft"), "grpo": reference_recipe("grpo") | {"rewards": ("placebo",)}}
+"""The reference recipe per method: the standard cards' (catalogue.REFERENCE_CARDS) hyperparameters,
+owned by the catalogue; GRPO's reward is the placebo."""
 CONTROL_COMPLETION_TOKENS = 64
 CONTROL_TARGETS = "parent-greedy"
 """Where an SFT control's answers come from (part of every control key)."""

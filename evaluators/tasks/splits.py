@@ -20,8 +20,9 @@ _BUCKETS = {"train": range(0, 70), "validation": range(70, 80), "adoption": rang
 DEFAULT_N = {"train": 1000, "validation": 200, "adoption": 200, "test": 200}
 _MAX_DRAWS_PER_ITEM = 300
 """Draws allowed per item asked for: a split holds ~10% of the key space, and a small question
-space (sql/target: ~280 questions per split) needs many draws to collect 200 distinct ones.
-Only a request that would fail depends on it: the first n distinct items are the same."""
+space (sql/target: ~280 questions per split) needs many draws to collect 200 distinct ones. At
+n = 400 to 3,000 the draws find the same 290 sql/target adoption questions of world seed 0: a
+request for more than a split holds gets all of it. The first n distinct items never depend on it."""
 
 Maker = Callable[[random.Random], tuple[str, str, dict]]
 
