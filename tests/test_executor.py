@@ -208,6 +208,33 @@ def test_a_ray_task_gets_the_cache_switches_and_the_callers_directory(ray_sessio
                           "CUDA_VISIBLE_DEVICES": ""}  # no GPU granted: none shown
 
 
+def _fail() -> None:
+    raise ValueError("this job fails")
+
+
+def test_local_executor_reports_each_job_as_it_ends_and_returns_them_in_order():
+    import threading
+
+    second_done = threading.Event()
+    seen: list[int] = []
+    # side by side: the first job ends only once the second has run
+    outcomes = LocalExecutor(3).run([Job(second_done.wait, (10.0,)), Job(second_done.set), Job(_fail)],
+                                    lambda i, o: seen.append(i))
+    assert sorted(seen) == [0, 1, 2] and seen.index(1) < seen.index(0)
+    assert [(o.value, o.error) for o in outcomes] == [(True, None), (None, None), (None, "ValueError: this job fails")]
+    seen.clear()
+    outcomes = LocalExecutor(1).run([Job(_fail), Job(os.getpid)], lambda i, o: seen.append(i))
+    assert seen == [0, 1] and outcomes[0].error == "ValueError: this job fails" and outcomes[1].value == os.getpid()
+
+
+def test_ray_executor_reports_each_job_once(ray_session):
+    seen: list[int] = []
+    outcomes = RayExecutor(Resources(cpus=1, gpus=0)).run([Job(time.sleep, (0.2,)), Job(_fail), Job(os.getpid)],
+                                                          lambda i, o: seen.append(i))
+    assert sorted(seen) == [0, 1, 2]
+    assert outcomes[1].error == "ValueError: this job fails" and isinstance(outcomes[2].value, int)
+
+
 def test_task_resources_follow_the_run_config():
     assert task_resources(RunConfig()) == Resources(cpus=2, gpus=0)
     assert task_resources(RunConfig(cost_mode="measured", devices=4, torch_threads=8)) == Resources(cpus=8, gpus=4)

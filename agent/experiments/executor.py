@@ -1,6 +1,7 @@
 """Executing independent jobs: in this process, or as Ray tasks on a local instance or a cluster.
 
-One interface, `Executor.run(jobs) -> outcomes` (in the jobs' order), with two implementations,
+One interface, `Executor.run(jobs, on_done) -> outcomes` (in the jobs' order; `on_done(i, outcome)`
+as each job ends, in the caller's process, for progress), with two implementations,
 so `agent compare` (one job per (policy, seed) episode) and `agent retrospective` (one job per
 cell) run the same job functions whichever executor runs them:
 - `LocalExecutor(n_jobs)`: one job after another in this thread (n_jobs 1), else a pool of
@@ -28,7 +29,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -65,6 +66,10 @@ class Outcome:
     """'Type: message' of the exception the job raised; None when it returned."""
 
 
+OnDone = Callable[[int, Outcome], None]
+"""on_done(index of the job in the list run was given, its outcome)."""
+
+
 @dataclass(frozen=True)
 class Resources:
     """What one Ray task holds while it runs."""
@@ -80,8 +85,9 @@ class Executor(Protocol):
 
     name: ClassVar[str]
 
-    def run(self, jobs: list[Job]) -> list[Outcome]:
-        """Every job's Outcome; a job that raises never stops the others."""
+    def run(self, jobs: list[Job], on_done: OnDone | None = None) -> list[Outcome]:
+        """Every job's Outcome; a job that raises never stops the others. `on_done(i, outcome)` is
+        called in the caller's process as each job ends (in the order they end), e.g. for progress."""
 
 
 def task_resources(cfg: RunConfig) -> Resources:
@@ -122,11 +128,20 @@ class LocalExecutor:
     n_jobs: int = 1
     name: ClassVar[str] = "local"
 
-    def run(self, jobs: list[Job]) -> list[Outcome]:
+    def run(self, jobs: list[Job], on_done: OnDone | None = None) -> list[Outcome]:
+        report = on_done or (lambda i, o: None)
+        outcomes: dict[int, Outcome] = {}
         if self.n_jobs == 1:
-            return [_call(job) for job in jobs]
-        with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:  # threads only wait on subprocesses
-            return list(pool.map(_call, jobs))
+            for i, job in enumerate(jobs):
+                outcomes[i] = _call(job)
+                report(i, outcomes[i])
+        else:
+            with ThreadPoolExecutor(max_workers=self.n_jobs) as pool:  # threads only wait on subprocesses
+                futures = {pool.submit(_call, job): i for i, job in enumerate(jobs)}
+                for future in as_completed(futures):
+                    outcomes[futures[future]] = future.result()  # _call never raises
+                    report(futures[future], outcomes[futures[future]])
+        return [outcomes[i] for i in range(len(jobs))]
 
 
 def _in_dir(cwd: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -143,20 +158,28 @@ class RayExecutor:
     resources: Resources = field(default_factory=Resources)
     name: ClassVar[str] = "ray"
 
-    def run(self, jobs: list[Job]) -> list[Outcome]:
+    def run(self, jobs: list[Job], on_done: OnDone | None = None) -> list[Outcome]:
         import ray  # noqa: PLC0415 (only with --executor ray)
 
         if not ray.is_initialized():
             raise RuntimeError("RayExecutor.run needs an open Ray session (executor.session or ray.init)")
         task = ray.remote(_in_dir).options(num_cpus=self.resources.cpus, num_gpus=self.resources.gpus, max_retries=0,
                                            runtime_env={"env_vars": task_env(self.resources)})
-        pending: list[Any] = []
-        for job in jobs:  # every task is submitted before any is waited on: they run side by side
+        report = on_done or (lambda i, o: None)
+        outcomes: dict[int, Outcome] = {}
+        refs: dict[Any, int] = {}
+        for i, job in enumerate(jobs):  # every task is submitted before any is waited on: they run side by side
             try:
-                pending.append(task.remote(os.getcwd(), job.fn, *job.args))
+                refs[task.remote(os.getcwd(), job.fn, *job.args)] = i
             except Exception as exc:  # noqa: BLE001 (e.g. an argument that cannot be pickled: that job fails)
-                pending.append(Outcome(error=error_text(exc)))
-        return [p if isinstance(p, Outcome) else _wait(ray, p) for p in pending]
+                outcomes[i] = Outcome(error=error_text(exc))
+                report(i, outcomes[i])
+        waiting = list(refs)
+        while waiting:
+            [ref], waiting = ray.wait(waiting, num_returns=1)
+            outcomes[refs[ref]] = _wait(ray, ref)
+            report(refs[ref], outcomes[refs[ref]])
+        return [outcomes[i] for i in range(len(jobs))]
 
 
 def _wait(ray: Any, ref: Any) -> Outcome:
