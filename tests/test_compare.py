@@ -162,11 +162,11 @@ def test_runner_isolates_a_failing_job_and_resumes(tmp_path, capsys):
     assert "MISMATCH" not in (out / "compare.md").read_text()
     # progress on stderr: the plan, then one line per episode as it ends, with the time left
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == f"[compare] {out}: 6 episodes, 0 taken from the results directory, 6 to run"
+    assert lines[0] == f"[compare] {out}: 6 episodes, 0 finished before, 6 to run"
     ended = [line for line in lines if " episodes ended " in line]
     assert [line.split(": ")[1].split(" episodes")[0] for line in ended] == [f"{k}/6" for k in range(1, 7)]
     assert sum("broken-s0: failed in " in line for line in ended) == 1
-    assert all("at 2 at once" in line for line in ended[:-1]) and "to run" not in ended[-1]
+    assert all("at the pace so far" in line for line in ended[:-1]) and "to run" not in ended[-1]
     # a second call skips the finished episodes and resumes the unfinished (failed) ones
     first = (out / "episodes" / "good-s0" / "report.md").stat().st_mtime_ns
     C.compare(out, ["good", "meh", "broken"], [0, 1], n_jobs=2, argv_for=argv_for)
@@ -205,15 +205,6 @@ def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     assert ep["families"] == ["sql"] and ep["endpoint"]["sql"] == pytest.approx(40.0 + promoted_gain)
     assert ep["promotions"] == 3 and ep["authorizations"] == 4  # S02, S03, S05 (leased), S06
     assert ep["wasted_h"] > 0 and ep["trajectory"][-1][1] == ep["endpoint"]
-
-
-def test_progress_line_estimates_the_rest_from_the_episodes_run_now():
-    line = C.progress_line("cmp", 3, 8, "bcit-s1", {"status": "done", "wall_s": 1800.0}, [1800.0, 3600.0], 2)
-    # 5 left at a mean of 45 min, 2 at once: 1.875 h
-    assert line == "cmp: 3/8 episodes ended (bcit-s1: done in 30.0 min); 5 to run, about 1.9 h at 2 at once"
-    skipped = C.progress_line("cmp", 1, 8, "bcit-s0", {"status": "done", "skipped": True}, [], 2)
-    assert skipped == "cmp: 1/8 episodes ended (bcit-s0: done)"  # nothing run yet: no estimate
-    assert "about" not in C.progress_line("cmp", 2, 8, "x-s0", {"status": "failed", "wall_s": 60.0}, [60.0], None)
 
 
 def test_one_paired_seed_gives_a_difference_without_a_p_value():

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -23,7 +24,8 @@ from support import bank_factory as bf
 from agent.config import RunConfig
 from agent.experiments import compare as C
 from agent.experiments import retrospective as R
-from agent.experiments.executor import Job, LocalExecutor, RayExecutor, Resources, task_env, task_resources
+from agent.experiments.executor import (Job, LocalExecutor, Progress, RayExecutor, Resources, progress_line, task_env,
+                                        task_resources)
 from experience_bank.hashing import content_hash
 from test_compare import FAKE_RUN
 from test_retrospective import Card, FakePorts, _controls, _features
@@ -213,17 +215,22 @@ def _fail() -> None:
 
 
 def test_local_executor_reports_each_job_as_it_ends_and_returns_them_in_order():
-    import threading
 
-    second_done = threading.Event()
+    reported_second = threading.Event()
     seen: list[int] = []
-    # side by side: the first job ends only once the second has run
-    outcomes = LocalExecutor(3).run([Job(second_done.wait, (10.0,)), Job(second_done.set), Job(_fail)],
-                                    lambda i, o: seen.append(i))
+
+    def on_done(i, outcome):
+        seen.append(i)
+        if i == 1:
+            reported_second.set()
+
+    # side by side: the first job ends only once the second has been reported, so a report made
+    # only after every job (or in the jobs' order) would leave it waiting out its 10 s (False)
+    outcomes = LocalExecutor(3).run([Job(reported_second.wait, (10.0,)), Job(int), Job(_fail)], on_done)
     assert sorted(seen) == [0, 1, 2] and seen.index(1) < seen.index(0)
-    assert [(o.value, o.error) for o in outcomes] == [(True, None), (None, None), (None, "ValueError: this job fails")]
+    assert [(o.value, o.error) for o in outcomes] == [(True, None), (0, None), (None, "ValueError: this job fails")]
     seen.clear()
-    outcomes = LocalExecutor(1).run([Job(_fail), Job(os.getpid)], lambda i, o: seen.append(i))
+    outcomes = LocalExecutor(1).run([Job(_fail), Job(os.getpid)], on_done)
     assert seen == [0, 1] and outcomes[0].error == "ValueError: this job fails" and outcomes[1].value == os.getpid()
 
 
@@ -233,6 +240,25 @@ def test_ray_executor_reports_each_job_once(ray_session):
                                                           lambda i, o: seen.append(i))
     assert sorted(seen) == [0, 1, 2]
     assert outcomes[1].error == "ValueError: this job fails" and isinstance(outcomes[2].value, int)
+
+
+def test_progress_estimates_the_rest_at_the_pace_of_the_jobs_run_now(monkeypatch):
+    line = progress_line("cmp", "episodes", 3, 8, "bcit-s1", "done in 30.0 min", elapsed_s=5400.0, ran=2, left=5)
+    # 2 run in 1.5 h: 5 more at 0.75 h each
+    assert line == "cmp: 3/8 episodes ended (bcit-s1: done in 30.0 min); 5 to run, about 3.8 h at the pace so far"
+    assert progress_line("cmp", "episodes", 1, 8, "a-s0", "done", elapsed_s=1.0, ran=0, left=7) \
+        == "cmp: 1/8 episodes ended (a-s0: done)"  # only a finished one so far: no pace, no estimate
+    clock = iter([100.0 + 1800.0, 100.0 + 1800.0])  # both ended half an hour after the start
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    lines: list[str] = []
+    p = Progress("retro", "cell seeds", 6, 2, lines.append, start=100.0)
+    p.begin()
+    p.end("S01 seed 0", "done", ran=True)
+    p.end("S01 seed 1", "failed (RuntimeError: x)", ran=True)
+    assert lines == ["retro: 6 cell seeds, 2 finished before, 4 to run",
+                     "retro: 3/6 cell seeds ended (S01 seed 0: done); 3 to run, about 1.5 h at the pace so far",
+                     "retro: 4/6 cell seeds ended (S01 seed 1: failed (RuntimeError: x)); 2 to run, about 0.5 h "
+                     "at the pace so far"]
 
 
 def test_task_resources_follow_the_run_config():

@@ -126,9 +126,14 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
     ports = FakePorts()
     parent = bf.record().source.parent
+    said: list[str] = []
     res = R.run_table(out, cards, lambda: ports, str(base), [0], feats, {c.id: content_hash(c.id) for c in cards},
-                      controls=_controls(cards), parent=parent)
+                      controls=_controls(cards), parent=parent, say=said.append)
     assert res["cells_done"] == 2 and list(res["failed"]) == ["BAD"]
+    # progress: the plan, then each cell seed as it ends, in order here (one after another)
+    assert said[0] == f"{out}: 3 cell seeds, 0 finished before, 3 to run"
+    assert [x.split(" ended ")[1].split(";")[0] for x in said[1:]] == [
+        "(S01 seed 0: done)", "(BAD seed 0: failed (RuntimeError: trainer crashed))", "(G01 seed 0: done)"]
     s01 = json.loads((out / "cells" / "S01" / "cell.json").read_text())
     # intervention minus trained control: 4 - 1 on the target, -1 - (-0.5) on IFEval prompt strict
     assert s01["full"]["target"] == pytest.approx(3.0) and s01["short"]["0.20"]["target"] == pytest.approx(0.6)
@@ -154,8 +159,11 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
                                                                                ("G01", "harmful", -4.0)]
     # resume: finished cells are not trained again; the frozen features are unchanged
     n = len(ports.trained)
-    R.run_table(out, cards, lambda: ports, str(base), [0], feats, controls=_controls(cards), parent=parent)
+    said.clear()
+    R.run_table(out, cards, lambda: ports, str(base), [0], feats, controls=_controls(cards), parent=parent,
+                say=said.append)
     assert len(ports.trained) == n
+    assert said[0] == f"{out}: 3 cell seeds, 2 finished before, 1 to run" and len(said) == 2  # BAD, again
     assert R.freeze_features(out, [(c.id, feats[c.id]) for c in cards]) == sha
     # the document: this table's numbers beside the paper's, from the files above
     from agent.experiments.retro_summary import write_summary

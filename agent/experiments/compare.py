@@ -44,7 +44,7 @@ from agent.experiments import compare_results as CR
 from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, digest, endpoint_mean,
                                         episode_result, unit)
 from agent.experiments.episodes import read_episode  # noqa: F401 (compare's reader of one run directory, re-exported)
-from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome
+from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome, Progress, say_on_stderr
 from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary
 from agent.run.rundir import RunDir
 from trainers.ledger import parse_budget
@@ -221,21 +221,6 @@ def _digested(status: dict[str, Any], keep: CR.Keep | None) -> dict[str, Any]:
     return status | {"digest": d}
 
 
-def progress_line(where: str, done: int, total: int, name: str, status: dict[str, Any], walls: list[float],
-                  parallel: int | None) -> str:
-    """One line for an episode that ended: what it came to, how many are left, and when they should
-    end at the mean wall time of the episodes run so far (`parallel` at once; None: unknown, as
-    on a Ray cluster, so no estimate). Later episodes of a seed often train less (the run cache
-    serves what an earlier policy trained), so the estimate errs long."""
-    wall = status.get("wall_s")
-    what = status.get("status", "failed") + ("" if wall is None else f" in {wall / 60:.1f} min")
-    line = f"{where}: {done}/{total} episodes ended ({name}: {what})"
-    left = total - done
-    if left and walls and parallel:
-        line += f"; {left} to run, about {sum(walls) / len(walls) * left / parallel / 3600:.1f} h at {parallel} at once"
-    return line
-
-
 def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executor,
              argv_for: Callable[[Path, str, int], list[str]], stored: CR.Stored | None = None,
              say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
@@ -246,20 +231,14 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
     taken = stored.taken if stored else {}
     grid = [(p, s) for s in seeds for p in policies]
     todo = [(p, s) for p, s in grid if job_name(p, s) not in taken]
-    say = say or (lambda line: None)
-    say(f"{out}: {len(grid)} episodes, {len(grid) - len(todo)} taken from the results directory, {len(todo)} to run")
-    walls: list[float] = []  # of the episodes run now (a resumed one's rest of the run included)
-    ended_before = len(grid) - len(todo)
+    progress = Progress(str(out), "episodes", len(grid), len(grid) - len(todo), say or (lambda line: None))
+    progress.begin()
 
     def ended(i: int, outcome: Outcome) -> None:  # called in this thread, one job at a time
-        status = outcome.value if outcome.error is None else {"status": "failed", "error": outcome.error}
-        if not status.get("skipped") and status.get("wall_s") is not None:
-            walls.append(status["wall_s"])
-        ended_now.append(i)
-        say(progress_line(str(out), ended_before + len(ended_now), len(grid), job_name(*todo[i]), status, walls,
-                          getattr(executor, "n_jobs", None)))
+        status = outcome.value if outcome.error is None else {"status": "failed"}
+        wall = "" if status.get("skipped") or "wall_s" not in status else f" in {status['wall_s'] / 60:.1f} min"
+        progress.end(job_name(*todo[i]), status.get("status", "failed") + wall, ran=not status.get("skipped"))
 
-    ended_now: list[int] = []
     outcomes = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s), stored.keep(job_name(p, s)) if stored else None))
                              for p, s in todo], ended)
     ran = {(p, s): o.value if o.error is None else {"policy": p, "seed": s, "status": "failed", "error": o.error}
@@ -371,7 +350,7 @@ def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str 
              n_jobs: int, executor: Executor, start: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if plan.stored:  # the models every episode kept from now on ran with (none without --fit-from)
         CR.publish_models(plan.out, plan.stored.results)
-    statuses = run_jobs(plan.out, policies, seeds, executor, plan.argv_for, plan.stored, say=_say)
+    statuses = run_jobs(plan.out, policies, seeds, executor, plan.argv_for, plan.stored, say=say_on_stderr("compare"))
     episodes = [e | {"world_seed": plan.world_seed or 0} for e in collect(statuses)]
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
@@ -381,11 +360,6 @@ def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str 
     if plan.stored:
         CR.publish_table(plan.out, plan.stored.results)
     return summary, episodes
-
-
-def _say(line: str) -> None:
-    """Progress of a comparison that runs for hours, on stderr (stdout stays the command's result)."""
-    print(f"[compare] {line}", file=sys.stderr, flush=True)
 
 
 def world_dir(out: Path, world_seed: int) -> Path:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -189,6 +191,53 @@ def _wait(ray: Any, ref: Any) -> Outcome:
         return Outcome(error=error_text(exc.cause if exc.cause is not None else exc))
     except ray.exceptions.RayError as exc:  # its worker or node died, or it could not start
         return Outcome(error=error_text(exc))
+
+
+# --- progress of a batch that runs for hours ---------------------------------------------------
+
+
+def progress_line(where: str, what: str, ended: int, total: int, name: str, how: str, *, elapsed_s: float,
+                  ran: int, left: int) -> str:
+    """One line for a job that ended: what it came to, how many are left, and when they should end
+    at the pace of the `ran` jobs run so far in `elapsed_s` (parallel jobs included, whichever
+    executor ran them; none before one has run). Jobs served from a cache run faster than the
+    rest, so the estimate is rough either way."""
+    line = f"{where}: {ended}/{total} {what} ended ({name}: {how})"
+    if left and ran:
+        line += f"; {left} to run, about {elapsed_s / ran * left / 3600:.1f} h at the pace so far"
+    return line
+
+
+@dataclass
+class Progress:
+    """Progress lines of one batch of jobs: `begin` before any runs, `end` as each ends (the
+    executor's on_done); `total` jobs, of which `before` had ended before this call (taken from
+    a results directory, or finished by an earlier call)."""
+
+    where: str
+    what: str
+    total: int
+    before: int
+    say: Callable[[str], None]
+    ran: int = 0
+    ended: int = 0
+    start: float = field(default_factory=time.monotonic)
+
+    def begin(self) -> None:
+        self.say(f"{self.where}: {self.total} {self.what}, {self.before} finished before, "
+                 f"{self.total - self.before} to run")
+
+    def end(self, name: str, how: str, *, ran: bool) -> None:
+        """`ran`: it did its work now (a job that found its work done counts as ended, not as pace)."""
+        self.ended, self.ran = self.ended + 1, self.ran + ran
+        self.say(progress_line(self.where, self.what, self.before + self.ended, self.total, name, how,
+                               elapsed_s=time.monotonic() - self.start, ran=self.ran,
+                               left=self.total - self.before - self.ended))
+
+
+def say_on_stderr(prefix: str) -> Callable[[str], None]:
+    """Progress of a long command on stderr (stdout stays the command's result)."""
+    return lambda line: print(f"[{prefix}] {line}", file=sys.stderr, flush=True)
 
 
 # --- opening an executor for one command -------------------------------------------------------

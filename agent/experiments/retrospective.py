@@ -63,7 +63,7 @@ from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies.stats import mean_interval
 from agent.config import RunConfig, eval_sizes
-from agent.experiments.executor import Executor, Job, LocalExecutor, Resources, task_resources
+from agent.experiments.executor import Executor, Job, LocalExecutor, Progress, Resources, say_on_stderr, task_resources
 from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
     FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, pool_classes, summarise_cells,
@@ -214,18 +214,25 @@ def cell_resources() -> Resources:
 def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str,
               seeds: Sequence[int], features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
               controls: dict[str, Any], parent: Any, executor: Executor | None = None,
-              results: Path | None = None) -> dict[str, Any]:
+              results: Path | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every cell at every seed (finished steps are skipped) through the executor (default: one after
     another in this process), one job per (cell, seed); a cell with a failing seed is recorded as
     failed and the others go on. `make_ports`: builds a cell's CellPorts where it runs; `controls`:
     card id -> its matched control card; `parent`: the ModelRef of parent_dir; `results`: where
-    each finished seed is also kept (retro_results)."""
+    each finished seed is also kept (retro_results); `say`: a progress line before the first job
+    and one as each ends (default: on stderr)."""
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise BadInput(f"seeds {seeds} must be one or more distinct integers: pass --seeds K >= 1")
     jobs = [Job(cell_job, (make_ports, c, seed_dir(out, c.id, s), parent_dir, s, controls[c.id], parent,
                            out / "controls", results)) for c in cards for s in seeds]
-    results = (executor or LocalExecutor()).run(jobs)
+    names = [f"{c.id} seed {s}" for c in cards for s in seeds]
+    finished = {i for i, (c, s) in enumerate((c, s) for c in cards for s in seeds)
+                if (seed_dir(out, c.id, s) / "cell.json").is_file()}
+    progress = Progress(str(out), "cell seeds", len(jobs), len(finished), say or say_on_stderr("retrospective"))
+    progress.begin()
+    results = (executor or LocalExecutor()).run(jobs, lambda i, o: None if i in finished else progress.end(
+        names[i], "done" if o.error is None else f"failed ({o.error[:120]})", ran=True))
     done, failed, k = [], {}, len(seeds)
     for i, c in enumerate(cards):
         mine = results[i * k:(i + 1) * k]
