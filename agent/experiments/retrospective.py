@@ -63,7 +63,8 @@ from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from policies.stats import mean_interval
 from agent.config import RunConfig, eval_sizes
-from agent.experiments.executor import Executor, Job, LocalExecutor, Progress, Resources, say_on_stderr, task_resources
+from agent.experiments.executor import (Executor, Job, LocalExecutor, Outcome, Progress, Resources, say_on_stderr,
+                                        task_resources)
 from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
     FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, pool_classes, summarise_cells,
@@ -224,15 +225,19 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise BadInput(f"seeds {seeds} must be one or more distinct integers: pass --seeds K >= 1")
+    pairs = [(c, s) for c in cards for s in seeds]
     jobs = [Job(cell_job, (make_ports, c, seed_dir(out, c.id, s), parent_dir, s, controls[c.id], parent,
-                           out / "controls", results)) for c in cards for s in seeds]
-    names = [f"{c.id} seed {s}" for c in cards for s in seeds]
-    finished = {i for i, (c, s) in enumerate((c, s) for c in cards for s in seeds)
-                if (seed_dir(out, c.id, s) / "cell.json").is_file()}
+                           out / "controls", results)) for c, s in pairs]
+    finished = {i for i, (c, s) in enumerate(pairs) if (seed_dir(out, c.id, s) / "cell.json").is_file()}
     progress = Progress(str(out), "cell seeds", len(jobs), len(finished), say or say_on_stderr("retrospective"))
     progress.begin()
-    results = (executor or LocalExecutor()).run(jobs, lambda i, o: None if i in finished else progress.end(
-        names[i], "done" if o.error is None else f"failed ({o.error[:120]})", ran=True))
+
+    def ended(i: int, o: Outcome) -> None:  # a seed finished before is counted in the plan, not again
+        if i not in finished:
+            progress.end(f"{pairs[i][0].id} seed {pairs[i][1]}", "done" if o.error is None else f"failed ({o.error[:120]})",
+                         ran=True)
+
+    results = (executor or LocalExecutor()).run(jobs, ended)
     done, failed, k = [], {}, len(seeds)
     for i, c in enumerate(cards):
         mine = results[i * k:(i + 1) * k]
