@@ -205,6 +205,29 @@ def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     assert ep["families"] == ["sql"] and ep["endpoint"]["sql"] == pytest.approx(40.0 + promoted_gain)
     assert ep["promotions"] == 3 and ep["authorizations"] == 4  # S02, S03, S05 (leased), S06
     assert ep["wasted_h"] > 0 and ep["trajectory"][-1][1] == ep["endpoint"]
+    # where it spent without promoting: S03 rolled back by the gate's target check (its own words
+    # kept), S04's failed trial; their hours are the wasted hours
+    lost = {r["card"]: r for r in ep["unpromoted"]}
+    assert sorted(lost) == ["S03", "S04"] and sum(r["hours"] for r in lost.values()) == pytest.approx(ep["wasted_h"])
+    assert lost["S03"]["reason"] == "gate: target: gain -3.0 pp" and C.cause(lost["S03"]) == "gate: target"
+    assert lost["S04"]["outcome"] == "trial_failed" and lost["S04"]["action"] == "validate"
+
+
+def test_where_unpromoted_sums_hours_per_cause_and_names_the_cards():
+    a = _ep("a", 0, 40.0) | {"unpromoted": [
+        {"card": "S03", "outcome": "rolled_back", "reason": "gate: ifeval_guard: IFEval strict fell 3.1 pp", "hours": 4.0},
+        {"card": "G02", "outcome": "trial_failed", "reason": "trial fail: successive halving (eta = 5): gain 1 pp",
+         "hours": 1.5}]}
+    b = _ep("a", 1, 40.0) | {"unpromoted": [
+        {"card": "S03", "outcome": "rolled_back", "reason": "gate: ifeval_guard: IFEval strict fell 2.4 pp", "hours": 4.0},
+        {"outcome": "rolled_back", "hours": 2.0}]}  # a digest stored before reasons were kept
+    where = C.summarise([a, b])["policies"]["a"]["unpromoted"]
+    assert list(where) == ["gate: ifeval_guard", "rolled_back", "trial fail: successive halving"]
+    assert where["gate: ifeval_guard"] == {"n": 2, "hours": 8.0, "cards": {"S03": 2}}
+    assert where["rolled_back"] == {"n": 1, "hours": 2.0, "cards": {}}
+    from agent.experiments.compare_output import markdown
+    md = markdown(C.summarise([a, b]), {"seeds": [0, 1], "budget": "10h", "config": None, "wall_s": 1.0})
+    assert "| a | gate: ifeval_guard | 2 | 8.00 | S03 x2 |" in md and "(not recorded)" in md
 
 
 def test_one_paired_seed_gives_a_difference_without_a_p_value():

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -105,8 +106,34 @@ def _policy_summary(eps: list[EpisodeResult], families: list[str]) -> dict[str, 
         "promotion_rate": (sum(e["promotions"] for e in eps) / sum(e["authorizations"] for e in eps)
                            if sum(e["authorizations"] for e in eps) else None),
         "trajectory_auc": _mean(col(trajectory_auc)), "wasted_h": _mean(col(lambda e: e["wasted_h"])),
-        "spent_h": _mean(col(lambda e: e["spent_h"])),
+        "spent_h": _mean(col(lambda e: e["spent_h"])), "unpromoted": where_unpromoted(eps),
     }
+
+
+def cause(row: dict[str, Any]) -> str:
+    """What stopped one unpromoted decision, from its frozen reason: the deciding gate check
+    ("gate: ifeval_guard") or trial rule ("trial fail: retention"); the bare outcome where the
+    digest names no reason (stored before reasons were kept)."""
+    reason = row.get("reason")
+    if not reason:
+        return row["outcome"]
+    head, _, rule = reason.partition(":")
+    rule = re.split(r"[:(;0-9]", rule, maxsplit=1)[0].strip()  # the rule's name, not its numbers
+    return f"{head.strip()}: {rule}" if rule else head.strip()
+
+
+def where_unpromoted(eps: list[EpisodeResult]) -> dict[str, dict[str, Any]]:
+    """Per cause (`cause`), over these episodes: the decisions that spent without promoting, their
+    device-hours and the cards (most frequent cause first)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in eps:
+        for r in e.get("unpromoted", []):
+            c = out.setdefault(cause(r), {"n": 0, "hours": 0.0, "cards": {}})
+            c["n"] += 1
+            c["hours"] = round(c["hours"] + r["hours"], 9)
+            if r.get("card"):
+                c["cards"][r["card"]] = c["cards"].get(r["card"], 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["hours"], kv[0])))
 
 
 def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], metric) -> dict[str, Any]:

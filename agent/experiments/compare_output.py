@@ -62,6 +62,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                            pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
                            w["ci95"], _f(w["sign_flip_p"], 4)]))
     lines += _per_world(summary)
+    lines += _unpromoted(summary)
     if summary["failed"]:
         lines += ["", "## Failed episodes (excluded from the statistics)", ""]
         lines += [f"- {f['policy']} world seed {f.get('world_seed', 0)} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
@@ -101,6 +102,20 @@ def _per_world(summary: dict[str, Any]) -> list[str]:
         lines.append(_row([ws] + [s["policies"].get(p, {}).get("endpoint_mean") for p in policies]
                           + [f"{_f(s['pairs'][pr]['endpoint']['mean_diff'])} (p {_f(s['pairs'][pr]['endpoint']['sign_flip_p'], 4)})"
                              if pr in s["pairs"] else None for pr in pairs]))
+    return lines
+
+
+def _unpromoted(summary: dict[str, Any]) -> list[str]:
+    """Where each policy spent device-hours without promoting: per cause (compare.cause), the
+    decisions, their device-hours summed over the policy's episodes, and the cards (x times)."""
+    rows = [(p, c, v) for p, s in summary["policies"].items() for c, v in s.get("unpromoted", {}).items()]
+    if not rows:
+        return []
+    lines = ["", "## Where each policy spends without promoting (summed over its episodes)", "",
+             _row(["policy", "cause", "decisions", "device-h", "cards (x times)"]), "|---|---|---|---|---|"]
+    for p, c, v in rows:
+        cards = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(v["cards"].items())) or "(not recorded)"
+        lines.append(_row([p, c, v["n"], v["hours"], cards]))
     return lines
 
 

@@ -88,6 +88,8 @@ class EpisodeResult(TypedDict, total=False):
     decisions: int
     wasted_h: float
     """Device-hours of decisions that promoted nothing."""
+    unpromoted: list[dict[str, Any]]
+    """Those decisions, one row each (`unpromoted`): where the policy spent without promoting."""
     spent_h: float
     trajectory: list[list[Any]]
     """[device-hours spent, the parent's adoption scores by family] after each decision."""
@@ -106,6 +108,14 @@ def unit(ep: EpisodeResult) -> int | str:
     return ep.get("unit", ep["seed"])
 
 
+def _reason(run: RunDir, event: Event) -> str:
+    """The event's frozen reason, with the deciding check's own words where the gate rolled it back
+    (the event names only the check: "gate: ifeval_guard")."""
+    verdict = run.verdict(event.decision.decision_hash) if event.outcome == "rolled_back" else None
+    why = next((c.reason for c in verdict.checks if c.name == verdict.decided_by), None) if verdict else None
+    return f"{event.reason}: {why}" if why else event.reason
+
+
 def digest(run_dir: Path) -> dict[str, Any]:
     """What compare reads of one finished episode, as small JSON (no models, no generations): the
     manifest values it uses, the executed events' fields, the flat scores of the models it reads
@@ -116,7 +126,8 @@ def digest(run_dir: Path) -> dict[str, Any]:
     run = RunDir(run_dir)
     manifest = run.manifest()
     events = sorted(_events(manifest), key=lambda e: e.seq)
-    rows = [{"cost_device_hours": e.cost_device_hours, "outcome": e.outcome, "full_run": e.full_run}
+    rows = [{"cost_device_hours": e.cost_device_hours, "outcome": e.outcome, "full_run": e.full_run,
+             "card": e.candidate_id, "action": e.action, "reason": _reason(run, e), "trial_verdict": e.trial_verdict}
             | ({"child_sha256": run.verdict(e.decision.decision_hash).child_sha256} if e.outcome == "promoted" else {})
             for e in events]
     shas = [manifest.initial.sha256] + [r["child_sha256"] for r in rows if "child_sha256" in r]
@@ -150,7 +161,7 @@ def episode_result(d: dict[str, Any], initial_adoption: dict[str, float] | None 
             final_sha = e["child_sha256"]
             parent = d["adoption"][final_sha]
         trajectory.append([round(hours, 9), _targets(parent)])
-    test = d["test"][final_sha]
+    test, lost = d["test"][final_sha], unpromoted(d["events"])
     return {
         "budget_h": d["budget_h"], "families": sorted(_targets(test)), "initial_sha256": d["initial_sha256"],
         "pairing": dict(d["pairing"]), "endpoint": _targets(test), "endpoint_adoption": _targets(parent),
@@ -160,9 +171,19 @@ def episode_result(d: dict[str, Any], initial_adoption: dict[str, float] | None 
         "promotions": sum(e["outcome"] == "promoted" for e in d["events"]),
         "authorizations": sum(_authorized(e) for e in d["events"]),
         "decisions": len(d["events"]),
-        "wasted_h": round(sum(e["cost_device_hours"] for e in d["events"] if e["outcome"] != "promoted"), 9),
+        "wasted_h": round(sum(r["hours"] for r in lost), 9),
         "spent_h": round(hours, 9), "trajectory": trajectory, "cache": dict(d["cache"]),
+        "unpromoted": lost,
     }
+
+
+def unpromoted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decisions that spent device-hours and promoted nothing: card, route, outcome, hours and
+    the frozen reason (the deciding gate check or trial rule). Digests stored before cards were
+    recorded name none: their rows carry the outcome and hours only."""
+    keys = ("card", "action", "outcome", "trial_verdict", "reason")
+    return [{k: e.get(k) for k in keys} | {"hours": e["cost_device_hours"]}
+            for e in events if e["outcome"] != "promoted" and e["cost_device_hours"] > 0]
 
 
 def _cache_use(run: RunDir, episode_id: str) -> dict[str, Any]:
