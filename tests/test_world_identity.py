@@ -2,6 +2,9 @@
 build environment, and a cached world or L(0) whose weights differ from its record is refused."""
 
 import hashlib
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,10 +26,32 @@ def test_world_id_names_the_build_threads_and_environment():
     assert recipe_sha256(recipe) == recipe_sha256(recipe, env)  # this process's environment by default
     other_cpu = "AVX2" if env.cpu == "AVX512" else "AVX512"  # another kernel level than this machine's
     variants = [env, replace(env, libraries=env.libraries | {"torch": "0.0.0"}), replace(env, cpu=other_cpu),
-                replace(env, machine="arm64")]
+                replace(env, machine="arm64"), replace(env, numerics="0" * 16)]
     ids = {recipe_sha256(recipe, e) for e in variants} | {recipe_sha256(replace(recipe, threads=2), env)}
-    assert len(ids) == 5
+    assert len(ids) == 6
     assert RECIPES["default"].threads == 1  # world-v4: both sizes build on one thread (docs/world.md)
+
+
+def _fingerprint(env: dict[str, str]) -> str:
+    code = "from agent.world.embedded import numerics_fingerprint; print(numerics_fingerprint())"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                          env=os.environ | {"PYTHONPATH": str(root)} | env)
+    return done.stdout.strip()
+
+
+def test_the_numerics_fingerprint_tells_another_blas_path_apart_and_not_the_caller_s_threads():
+    """The same machine's arithmetic gives one fingerprint whatever threads the caller runs; MKL's
+    conditional-reproducibility mode (MKL_CBWR=COMPATIBLE: other kernels, other rounding, as MKL on
+    another CPU vendor) gives another: what made two AVX512 machines build two bases of world 2."""
+    import torch
+
+    ours = _fingerprint({"OMP_NUM_THREADS": "2"})
+    assert ours == _fingerprint({"OMP_NUM_THREADS": "1"}) and len(ours) == 16
+    assert build_env().numerics == ours  # this process's build environment names it
+    if not torch.backends.mkl.is_available():
+        pytest.skip("torch without MKL: no MKL_CBWR to switch its kernels")
+    assert _fingerprint({"MKL_CBWR": "COMPATIBLE"}) != ours
 
 
 def test_the_build_runs_on_the_recipe_s_threads_whatever_the_caller_set(tmp_path):

@@ -45,6 +45,8 @@ Measured on the 2-core machine (Nov 2026; other engineers' jobs shared the cores
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import platform
 import random
@@ -157,7 +159,28 @@ def build_env() -> BuildEnv:
     import torch  # noqa: PLC0415 (torch)
 
     return BuildEnv(libraries={lib: version(lib) for lib in BUILD_LIBRARIES},
-                    cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine())
+                    cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine(),
+                    numerics=numerics_fingerprint())
+
+
+@functools.cache
+def numerics_fingerprint() -> str:
+    """Hash of float32 results this machine computes at the default world's shapes (projections,
+    the vocabulary head, attention scores and their transposed products, softmax, RMS norm), on one
+    thread. Two machines with the same libraries and kernel level can still round differently (a
+    BLAS picks its kernels by CPU vendor): they then build different weights from one recipe, and
+    this tells them apart in milliseconds instead of after a build. Equal fingerprints do not prove
+    equal weights; the base weights hash, which results name, is still checked."""
+    import torch  # noqa: PLC0415 (torch)
+
+    g = torch.Generator().manual_seed(0)
+    x, w_up, w_down = (torch.randn(s, generator=g) for s in ((256, 192), (192, 512), (512, 192)))
+    head, q, k = torch.randn(192, 2048, generator=g), torch.randn(6, 128, 32, generator=g), torch.randn(6, 128, 32, generator=g)
+    with pinned_threads(1):
+        h = x @ w_up
+        outs = [h, h @ w_down, x @ head, x.T @ h, h @ w_down.T.contiguous().T, torch.softmax(q @ k.transpose(1, 2), -1),
+                x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)]
+    return content_hash([hashlib.sha256(o.contiguous().numpy().tobytes()).hexdigest() for o in outs])[:16]
 
 
 def recipe_sha256(recipe: Recipe, env: BuildEnv | None = None) -> str:

@@ -45,8 +45,9 @@ class BuildEnv:
     """What a built base's weights depend on besides its recipe and that the build cannot pin:
     the same recipe trained under another torch (or TRL, transformers, tokenizers, accelerate)
     or on another CPU kernel set is a different world (agent/world/embedded.py hashes this into
-    the world's id). Not captured: a BLAS that picks other kernels at the same capability level
-    (e.g. MKL on another CPU vendor); the base weights hash, which results name, tells those apart."""
+    the world's id). A BLAS that picks other kernels at the same capability level (MKL on an AMD
+    and on an Intel AVX512 CPU: measured, another base for the same recipe) is told apart by
+    `numerics`, so the id names one set of weights before anything is built."""
 
     libraries: dict[str, str] = field(hash=False)
     """Package -> version of the libraries the build runs."""
@@ -54,6 +55,9 @@ class BuildEnv:
     """torch's CPU kernel level (torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, ...)."""
     machine: str
     """platform.machine() (x86_64, arm64, ...)."""
+    numerics: str = ""
+    """Fingerprint of this machine's float32 arithmetic at the model's shapes
+    (embedded.numerics_fingerprint); "" in a world.json written before it was recorded."""
 
 
 @dataclass(frozen=True)
