@@ -125,11 +125,14 @@ if policy != "idle":
         u_prom=0.1, child_sha256="b" * 64, parent_sha256="a" * 64, initial_sha256="a" * 64).model_dump_json())
 from agent.config import RunConfig
 from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+from agent.world.embedded import recipe_for, recipe_sha256
+# the id `agent run` freezes: the default world's at the world seed asked for, on this machine
+world_id = recipe_sha256(recipe_for("default", int(args[args.index("--world-seed") + 1]) if "--world-seed" in args else 0))
 from agent.run.rundir import RunDir
 RunDir(run_dir).freeze(build_manifest(
     episode_id=run_dir.name, config=RunConfig(policy="bcit", bank=str(bank_path)),
     budget_h=10.0, initial=ModelAt(dir="base", sha256="a" * 64),
-    world=WorldId(size="test", recipe_sha256="c" * 64, chat_template_sha256="d" * 64), library_version=1,
+    world=WorldId(size="default", recipe_sha256=world_id, chat_template_sha256="d" * 64), library_version=1,
     candidate_hashes=[], evaluators=Evaluators(suites=("sql/target",), eval_protocol="fake", backend="transformers",
                                                n=1, batch_size=1, seed=0), datasets={}, allowlist={}))
 (run_dir / "report.md").write_text("done")

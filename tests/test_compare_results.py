@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,8 +32,8 @@ def fake(tmp_path, monkeypatch):
     script.write_text(RECORD.format(calls=str(calls))
                       + FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
 
-    def argv_for(out, p, s, *_world):
-        argv = C.episode_argv(out, p, s, budget="10h", config=None)
+    def argv_for(out, p, s, world_seed=None):
+        argv = C.episode_argv(out, p, s, budget="10h", config=None, world_seed=world_seed)
         return [sys.executable, str(script)] + argv[argv.index("run") + 1:]
 
     return argv_for, lambda: calls.read_text().splitlines() if calls.exists() else []
@@ -95,12 +96,28 @@ def test_a_stored_episode_of_other_conditions_is_refused_in_one_line_with_nothin
         C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results)
     monkeypatch.undo()
     monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
-    # the world built here is another one than the episodes' (their manifests name recipe c..., base a...)
+    # the world built here is another one than the episodes' (their manifests name this machine's id, base a...)
     built = SimpleNamespace(recipe_sha256="e" * 64, model=SimpleNamespace(sha256="a" * 64))
     monkeypatch.setattr(CR, "cached_world", lambda size, seed: built)
     with pytest.raises(BadInput, match=r"\(world differ\)"):
         C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results)
     assert len(calls()) == 2 and not (tmp_path / "m2").exists() and _files(results) == before
+
+
+def test_episodes_stored_on_a_machine_that_rounds_differently_are_refused_before_any_build(tmp_path, fake,
+                                                                                           monkeypatch):
+    """No world is built here, yet the stored episodes' world id (another numerics fingerprint) is
+    told apart at once: nothing is built, nothing runs."""
+    from agent.world import embedded
+
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results)
+    here = embedded.build_env()
+    monkeypatch.setattr(embedded, "build_env", lambda: replace(here, numerics="0" * 16))
+    with pytest.raises(BadInput, match=r"\(world differ\)"):
+        C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results)
+    assert len(calls()) == 2 and not (tmp_path / "m2").exists() and not (tmp_path / "cache" / "worlds").exists()
 
 
 def test_every_world_is_checked_before_any_runs_and_kept_under_its_own_directory(tmp_path, fake, monkeypatch):

@@ -32,7 +32,7 @@ from agent.config import RunConfig
 from agent.experiments.fitted import EXTRAPOLATION_FILE, FITTED_FILE, GONOGO_FILE
 from agent.experiments.retro_results import code_version as _code_version
 from agent.experiments.retro_results import copy_new, mismatch
-from agent.world.embedded import cached_world
+from agent.world.embedded import cached_world, recipe_for, recipe_sha256
 
 EPISODE_CODE = ("agent/__init__.py", "agent/__main__.py", "agent/config.py", "agent/inputs.py", "agent/progress.py",
                 "agent/cli", "agent/loop", "agent/run", "agent/world", "policies", "trainers", "evaluators",
@@ -107,11 +107,17 @@ def config_sha256(cfg: RunConfig) -> str:
 
 
 def conditions(cfg: RunConfig, world_seed: int, budget_h: float, code: dict[str, Any]) -> dict[str, Any]:
-    """The match fields shared by every episode on one world (add policy, seed and models per job);
-    the world's id and base weights only where the embedded world is built here."""
+    """The match fields shared by every episode on one world (add policy, seed and models per job):
+    for the embedded world its id, known before anything is built (it names this machine's
+    numerics, so episodes stored on a machine that rounds differently are refused at once), and
+    its base weights where it is built here."""
     ours = {"world_seed": world_seed, "config_sha256": config_sha256(cfg), "budget_h": budget_h, "code": code}
-    world = cached_world(cfg.world, world_seed) if cfg.base_model is None else None
-    return ours if world is None else ours | {"world": world.recipe_sha256, "base_sha256": world.model.sha256}
+    if cfg.base_model is not None:
+        return ours
+    world = cached_world(cfg.world, world_seed)
+    if world is None:
+        return ours | {"world": recipe_sha256(recipe_for(cfg.world, world_seed))}
+    return ours | {"world": world.recipe_sha256, "base_sha256": world.model.sha256}
 
 
 def measured(d: dict[str, Any]) -> dict[str, Any]:
