@@ -76,16 +76,30 @@ def test_the_cli_refuses_before_any_episode_in_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_a_source_of_this_catalogue_whose_world_is_not_built_here_is_bad_input(tmp_path, monkeypatch):
-    from agent.world.catalogue import catalogue_sha256  # noqa: PLC0415
-    from agent.experiments.fitted import gonogo_source  # noqa: PLC0415
+def test_a_source_s_cards_are_its_world_seed_s_without_building_its_world(tmp_path, monkeypatch):
+    """A source measured where the world was built with other numerics (another world id, another
+    base) reads its cards here without building anything: steps and datasets are the size's and
+    seed's; an unknown size is refused in one line."""
+    from agent.world.catalogue import STEP_SCALE, catalogue, catalogue_sha256  # noqa: PLC0415
+    from agent.world.store import CardWorld  # noqa: PLC0415
+    from agent.experiments.fitted import _cards  # noqa: PLC0415
+    from evaluators import tasks  # noqa: PLC0415
 
     monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "empty-cache"))
     src = _sources(tmp_path, worlds=(7,))[0]
     (src / "ledger.json").write_text(json.dumps({"world_seed": 7, "world": "default-0123456789ab",
                                                  "catalogue_sha256": catalogue_sha256()}))
-    with pytest.raises(BadInput, match="agent world build --size default --world-seed 7"):
-        gonogo_source(src)
+    cards = _cards(src)
+    assert sorted(cards) == sorted(c.id for c in catalogue(CardWorld("default", 7))) and len(cards) == 24
+    s05 = cards["S05"]
+    assert all(m.dataset.sha256 == tasks.dataset_sha256(m.dataset.id, 7) for m in s05.data.mix)
+    assert s05.data.mix[0].dataset.sha256 != tasks.dataset_sha256(s05.data.mix[0].dataset.id, 8)  # the seed's own
+    assert s05.budget.steps == max(4, round(120 * STEP_SCALE["default"]))
+    assert not (tmp_path / "empty-cache").exists()  # nothing built
+    (src / "ledger.json").write_text(json.dumps({"world_seed": 7, "world": "huge-0123456789ab",
+                                                 "catalogue_sha256": catalogue_sha256()}))
+    with pytest.raises(BadInput, match="ledger names world 'huge-0123456789ab': unknown world size 'huge'"):
+        _cards(src)
 
 
 def test_each_worlds_runs_read_that_worlds_record_of_a_card(tmp_path):
@@ -107,10 +121,10 @@ def test_a_refused_fit_writes_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "empty-cache"))
     sources = _sources(tmp_path, worlds=(0, 1))
-    (sources[1] / "ledger.json").write_text(json.dumps({"world_seed": 1, "world": "default-0123456789ab",
+    (sources[1] / "ledger.json").write_text(json.dumps({"world_seed": 1, "world": "huge-0123456789ab",
                                                         "catalogue_sha256": catalogue_sha256()}))
     out = tmp_path / "cmp" / "world-0"
-    with pytest.raises(BadInput, match="not built on this machine"):  # the go/no-go reads the cards, after the extrapolation
+    with pytest.raises(BadInput, match="unknown world size"):  # the go/no-go reads the cards, after the extrapolation
         fit_for_world(out, 0, sources, gonogo=True)
     assert not out.exists() or list(out.iterdir()) == []
 

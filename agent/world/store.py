@@ -60,6 +60,35 @@ class BuildEnv:
     (embedded.numerics_fingerprint); "" in a world.json written before it was recorded."""
 
 
+def seed_datasets(seed: int) -> dict[str, str]:
+    """Every training dataset id a world of this seed generates -> its content hash (what
+    `World.datasets` records and the world id hashes)."""
+    return {ds: tasks.dataset_sha256(ds, seed) for ds in sorted(tasks.DATASET_IDS)}
+
+
+def step_scale(size: str) -> float:
+    """The scale of the catalogue's nominal steps on a world of this size."""
+    return STEP_SCALE.get(size, 1.0)
+
+
+@dataclass(frozen=True)
+class CardWorld:
+    """What the catalogue reads of an embedded world (agent.world.catalogue.catalogue): its size's
+    step scale and its seed's dataset hashes, never its weights. So the cards of a world built on
+    another machine, whose numerics gave other weights, are read here without building it."""
+
+    size: str
+    seed: int
+
+    @property
+    def datasets(self) -> dict[str, str]:
+        return seed_datasets(self.seed)
+
+    @property
+    def step_scale(self) -> float:
+        return step_scale(self.size)
+
+
 @dataclass(frozen=True)
 class World:
     """A built world: where its base model lives and the hashes that identify it."""
@@ -104,7 +133,7 @@ class World:
     # --- agent.world.interface.WorldData: the tasks this world's seed generates ----------
     @property
     def step_scale(self) -> float:
-        return STEP_SCALE.get(self.size, 1.0)
+        return step_scale(self.size)
 
     def items(self, task: str, split: str, n: int | None = None) -> list[dict]:
         return EmbeddedTasks(self.seed).items(task, split, n)
