@@ -72,8 +72,12 @@ worlds: $(STAMP)
 COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,additive_veto,no_memory
 COMPARE_WORLDS ?= 0,1,2
 COMPARE_JOBS ?= 2
+# Where the episodes are kept: a results directory holds one machine kind's worlds (their ids name
+# the numerics, docs/world-identity.md); compare-v5 was measured on another kind and resumes only
+# there, compare-v5b on the 2-core AMD EPYC (docs/results/worlds-v5.md).
+COMPARE_NAME ?= compare-$(MEASUREMENT)
 compare-worlds: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
-	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/compare-$(MEASUREMENT) --jobs $(COMPARE_JOBS) \
-	  --results $(RESULTS_DIR)/compare-$(MEASUREMENT) \
+	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/$(COMPARE_NAME) --jobs $(COMPARE_JOBS) \
+	  --results $(RESULTS_DIR)/$(COMPARE_NAME) \
 	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$(w))
