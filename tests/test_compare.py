@@ -125,9 +125,8 @@ if policy != "idle":
         u_prom=0.1, child_sha256="b" * 64, parent_sha256="a" * 64, initial_sha256="a" * 64).model_dump_json())
 from agent.config import RunConfig
 from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
-from agent.world.embedded import recipe_for, recipe_sha256
 # the id `agent run` freezes: the default world's at the world seed asked for, on this machine
-world_id = recipe_sha256(recipe_for("default", int(args[args.index("--world-seed") + 1]) if "--world-seed" in args else 0))
+world_id = {world_ids!r}[int(args[args.index("--world-seed") + 1]) if "--world-seed" in args else 0]
 from agent.run.rundir import RunDir
 RunDir(run_dir).freeze(build_manifest(
     episode_id=run_dir.name, config=RunConfig(policy="bcit", bank=str(bank_path)),
@@ -139,9 +138,19 @@ RunDir(run_dir).freeze(build_manifest(
 '''
 
 
+def fake_run(text: str = FAKE_RUN) -> str:
+    """A fake `agent run` script's text (FAKE_RUN or a variant): the tests' folder and the world ids
+    the real command would freeze here, computed once in this process so that no fake run imports
+    torch to compute them."""
+    from agent.world.embedded import recipe_for, recipe_sha256  # noqa: PLC0415
+
+    ids = {ws: recipe_sha256(recipe_for("default", ws)) for ws in range(4)}
+    return text.replace("{tests!r}", repr(str(Path(__file__).parent))).replace("{world_ids!r}", repr(ids))
+
+
 def test_runner_isolates_a_failing_job_and_resumes(tmp_path, capsys):
     script = tmp_path / "fake_run.py"
-    script.write_text(FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
+    script.write_text(fake_run())
     calls = []
 
     def argv_for(out, p, s):
@@ -243,7 +252,7 @@ def test_an_episode_that_never_reached_the_gate_reads_the_initial_adoption_score
     """`idle` rejects everything, so it never scored its initial parent on adoption; its trajectory,
     adoption endpoint and IFEval change come from `good`'s scores of the same weights."""
     script = tmp_path / "fake_run.py"
-    script.write_text(FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
+    script.write_text(fake_run())
 
     def argv_for(out, p, s):
         argv = C.episode_argv(out, p, s, budget="10h", config=None)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from test_compare import FAKE_RUN
+from test_compare import fake_run
 from agent.experiments import compare as C
 from agent.experiments import compare_results as CR
 from agent.experiments.episodes import digest, episode_result, read_episode
@@ -30,7 +30,7 @@ def fake(tmp_path, monkeypatch):
     calls = tmp_path / "calls.txt"
     script = tmp_path / "fake_run.py"
     script.write_text(RECORD.format(calls=str(calls))
-                      + FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))))
+                      + fake_run())
 
     def argv_for(out, p, s, world_seed=None):
         argv = C.episode_argv(out, p, s, budget="10h", config=None, world_seed=world_seed)

@@ -27,7 +27,7 @@ from agent.experiments import retrospective as R
 from agent.experiments.executor import (Job, LocalExecutor, Progress, RayExecutor, Resources, progress_line, task_env,
                                         task_resources)
 from experience_bank.hashing import content_hash
-from test_compare import FAKE_RUN
+from test_compare import FAKE_RUN, fake_run
 from test_retrospective import Card, FakePorts, _controls, _features
 
 TESTS = str(Path(__file__).resolve().parent)
@@ -55,7 +55,7 @@ def _argv_for(script: Path):
 
 
 def _script(path: Path, text: str = FAKE_RUN) -> Path:
-    path.write_text(text.replace("{tests!r}", repr(TESTS)))
+    path.write_text(fake_run(text))
     return path
 
 

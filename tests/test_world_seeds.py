@@ -112,12 +112,12 @@ def test_compare_cli_refuses_bad_world_seeds(capsys):
 def test_compare_pools_paired_seeds_across_worlds(tmp_path):
     """Each world is a whole comparison in DIR/world-N; the pooled pairs are (world seed, seed)."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_compare import FAKE_RUN
+    from test_compare import FAKE_RUN, fake_run
 
     gain = 'gain = {"good": 4.0, "meh": 1.0, "idle": 0.0}[policy] + seed'
     assert gain in FAKE_RUN
     script = tmp_path / "fake_run.py"
-    script.write_text(FAKE_RUN.replace("{tests!r}", repr(str(Path(__file__).parent))).replace(
+    script.write_text(fake_run(FAKE_RUN).replace(
         gain, gain + ' + int(args[args.index("--world-seed") + 1])'))
     seen = []
 
