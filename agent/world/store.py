@@ -19,6 +19,7 @@ weights no longer hash to what its world.json records: <hash12> names one set of
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -80,8 +81,8 @@ class CardWorld:
     size: str
     seed: int
 
-    @property
-    def datasets(self) -> dict[str, str]:
+    @functools.cached_property
+    def datasets(self) -> dict[str, str]:  # once: catalogue() reads it for every card's data mix
         return seed_datasets(self.seed)
 
     @property
