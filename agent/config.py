@@ -42,6 +42,9 @@ class EvalSizes:
     whose question space is smaller is read whole (sql/target: about 260-290 per split)."""
     outcome_ifeval: int
     """The executed retrospective's full runs (adoption split), IFEval prompts."""
+    batch: int
+    """Generation batch size of every evaluation on this world kind: the loop's (RunConfig.eval_batch,
+    which a config may override), the seed bank's and the retrospective's."""
 
     def suite_n(self, suite: str) -> int:
         return {"ifeval": self.ifeval, "captrack": self.captrack}.get(suite, self.target)
@@ -53,16 +56,21 @@ EVAL_SIZES = {
     # sub-capability, the fewest the gate lets decide a severe verdict. Outcomes at 1,000: in the
     # v4 retrospectives the finance and IFEval spread of a cell was mostly item noise
     # (docs/results/retro-noise-v4.md), which 200 items left too wide to class a cell neutral.
+    # Batch: on the default world's 1.97M model a decode step costs little more at batch 128 than
+    # at 32, and the generations are the same texts at every batch size (bench/generation.py,
+    # docs/results/benchmarks.md: 1610 of 1610 identical at 16, 32 and 128); evaluations are most
+    # of an episode's wall-clock (72 % of a validate_all episode, bench/episode_time.py). A real
+    # model's batch is its memory's: smol (SmolLM2-135M on CPU) 8, any other local model 32.
     "default": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=200, seed_ifeval=200,
-                         outcome_target=1000, outcome_ifeval=1000),
+                         outcome_target=1000, outcome_ifeval=1000, batch=128),
     # the tests' tiny world: the path, not a powered verdict
     "test": EvalSizes(target=16, ifeval=16, captrack=14, seed_source=16, seed_ifeval=8, outcome_target=24,
-                      outcome_ifeval=16),
+                      outcome_ifeval=16, batch=16),
     # a real model on CPU generates slowly: the seed bank stays small; decisions as on default
     "smol": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=32, seed_ifeval=16, outcome_target=200,
-                      outcome_ifeval=200),
+                      outcome_ifeval=200, batch=8),
     "local": EvalSizes(target=200, ifeval=200, captrack=210, seed_source=16, seed_ifeval=8, outcome_target=200,
-                       outcome_ifeval=200),
+                       outcome_ifeval=200, batch=32),
 }
 
 
@@ -188,8 +196,8 @@ class RunConfig(BaseModel):
     """IFEval prompts per split; None = the world's (EVAL_SIZES)."""
     captrack_n: Annotated[int, Field(ge=1, le=100_000)] | None = None
     """CapTrack items per split, dealt round-robin over the 7 probes; None = the world's (EVAL_SIZES)."""
-    eval_batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
-    """Generation batch size."""
+    eval_batch_size: Annotated[int, Field(ge=1, le=4096)] | None = None
+    """Generation batch size of evaluations; None = the world's (EVAL_SIZES)."""
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     """Generation backend (openai: a server at OPENAI_BASE_URL, a LoRA child's adapter loaded per evaluation)."""
     launcher: Literal["local", "accelerate"] = "local"
@@ -214,6 +222,11 @@ class RunConfig(BaseModel):
     def target_n(self) -> int:
         """Items per target suite and split."""
         return self.eval_n if self.eval_n is not None else eval_sizes(self.world_kind).target
+
+    @property
+    def eval_batch(self) -> int:
+        """Generation batch size of the episode's evaluations: the config's value, else the world's."""
+        return self.eval_batch_size if self.eval_batch_size is not None else eval_sizes(self.world_kind).batch
 
     def suite_n(self, suite: str) -> int:
         """Items a suite is evaluated on per split (the one rule: the loop's evaluations and the

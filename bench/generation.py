@@ -1,11 +1,11 @@
 """Batched greedy generation vs a per-example loop, at the loop's evaluation sizes, in one run.
 
-    .venv/bin/python bench/generation.py [--config runs/default.yaml] [--n N] [--batch-size B]
+    .venv/bin/python bench/generation.py [--config runs/default.yaml] [--n N] [--batch-size B] [--against B2]
         [--threads T] [--model DIR] [--suites S ...] [--prune-every K]
 
 The defaults are what `agent run --config runs/default.yaml` evaluates with (`build_config`):
 each suite's item count (`suite_n`: 200 IFEval prompts, 210 CapTrack probes, `eval_n` for the
-task suites), `eval_batch_size` and `torch_threads`; `--n` gives every suite the same count. Without --model it loads
+task suites), `eval_batch` (the config's `eval_batch_size`, else the world's) and `torch_threads`; `--n` gives every suite the same count. Without --model it loads
 the cached default world's base model (`ensure_world("default")`; the first call builds it).
 For every suite the loop evaluates, the same validation prompts go through
 `evaluators.generate.generate` twice, at the batch size and at batch 1, with the suite's own
@@ -59,7 +59,7 @@ def useful_share(tok, gens: list[str], slots: int, max_new: int) -> float:
     return sum(min(len(tok(g, add_special_tokens=False)["input_ids"]) + 1, max_new) for g in gens) / slots
 
 
-def bench_suite(loaded, suite: str, n: int, batch_size: int) -> dict:
+def bench_suite(loaded, suite: str, n: int, batch_size: int, against: int | None = None) -> dict:
     from evaluators import tasks
     from evaluators.evaluation import MAX_NEW_TOKENS
     from evaluators.generate import generate
@@ -70,10 +70,14 @@ def bench_suite(loaded, suite: str, n: int, batch_size: int) -> dict:
         loaded, prompts, batch_size=batch_size, max_new_tokens=max_new)))
     single, t_1, c_1 = timed(lambda: generate(loaded, prompts, batch_size=1, max_new_tokens=max_new))
     _, _, c_prefill = timed(lambda: generate(loaded, prompts, batch_size=1, max_new_tokens=1))
+    other = {}
+    if against is not None:  # the same prompts at another batch size, in the same process and minutes
+        texts, t_a, c_a = timed(lambda: generate(loaded, prompts, batch_size=against, max_new_tokens=max_new))
+        other = {"against_s": t_a, "against_cpu": c_a, "against_agree": sum(a == b for a, b in zip(batched, texts))}
     return {"suite": suite, "n": len(prompts), "max_new": max_new, "batched_s": t_b, "per_example_s": t_1,
             "batched_cpu": c_b, "per_example_cpu": c_1, "prefill_share": c_prefill / c_1,
             "agree": sum(a == b for a, b in zip(batched, single)),
-            "useful": useful_share(loaded[1], batched, slots, max_new)}
+            "useful": useful_share(loaded[1], batched, slots, max_new)} | other
 
 
 def print_table(rows: list[dict]) -> None:
@@ -92,6 +96,14 @@ def print_table(rows: list[dict]) -> None:
           f"{total['agree']}/{total['n']} generations identical")
 
 
+def print_against(rows: list[dict], batch: int, against: int) -> None:
+    t = {k: sum(r[k] for r in rows) for k in ("batched_s", "batched_cpu", "against_s", "against_cpu", "against_agree", "n")}
+    print(f"batch {batch} against batch {against}: wall {t['against_s']:.2f} s / {t['batched_s']:.2f} s = "
+          f"{t['against_s'] / t['batched_s']:.2f}x, cpu {t['against_cpu']:.2f} s / {t['batched_cpu']:.2f} s = "
+          f"{t['against_cpu'] / t['batched_cpu']:.2f}x faster at batch {batch}; "
+          f"{t['against_agree']}/{t['n']} generations identical at the two batch sizes")
+
+
 def main() -> int:
     from agent.config import build_config
     from experience_bank.errors import BadInput
@@ -99,7 +111,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="runs/default.yaml", help="the run config whose evaluation settings to use")
     ap.add_argument("--n", type=int, default=None, help="items per suite (default: the config's suite_n of each)")
-    ap.add_argument("--batch-size", type=int, default=None, help="default: the config's eval_batch_size")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the config's eval_batch (eval_batch_size, else the world's)")
+    ap.add_argument("--against", type=int, default=None,
+                    help="also generate at this batch size and print the ratio to --batch-size (e.g. the old default)")
     ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=None, help="default: the config's torch_threads")
     ap.add_argument("--suites", nargs="*", default=None)
@@ -115,7 +129,7 @@ def main() -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    args.batch_size = args.batch_size or loop.eval_batch_size
+    args.batch_size = args.batch_size or loop.eval_batch
     args.threads = args.threads or loop.torch_threads
 
     import torch
@@ -128,12 +142,15 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     loaded = models.load(args.model or default_model())
     generate(loaded, [[{"role": "user", "content": "hi"}]] * 2, batch_size=2, max_new_tokens=4)  # warm-up
-    rows = [bench_suite(loaded, s, args.n or loop.suite_n(s), args.batch_size) for s in (args.suites or tasks.TASKS)]
+    rows = [bench_suite(loaded, s, args.n or loop.suite_n(s), args.batch_size, args.against)
+            for s in (args.suites or tasks.TASKS)]
     params = sum(p.numel() for p in loaded[0].parameters())
     sizes = f"{args.n} prompts per suite" if args.n else "the loop's prompts per suite"
     print(f"model {params / 1e6:.2f}M params, {sizes}, batch {args.batch_size}, {args.threads} thread(s), "
           f"stopped rows dropped every {generation.PRUNE_EVERY} tokens")
     print_table(rows)
+    if args.against is not None:
+        print_against(rows, args.batch_size, args.against)
     return 0
 
 

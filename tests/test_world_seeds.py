@@ -83,6 +83,18 @@ def test_one_eval_size_table_answers_the_loop_the_retrospective_and_the_seed_ban
     assert (seed_size(W).eval_n, seed_size(W).retention_n) == (200, 200)
 
 
+def test_one_table_gives_the_evaluation_batch_of_the_loop_and_of_the_offline_runner():
+    from agent.world.runner import CardRunner
+
+    class W:
+        size = "default"
+    # the loop (the manifest records cfg.eval_batch), the seed bank's and the retrospective's runner
+    assert RunConfig().eval_batch == EVAL_SIZES["default"].batch == CardRunner(W, cache=None)._batch(None) == 128
+    assert RunConfig(world="test").eval_batch == 16 and RunConfig(base_model="/m").eval_batch == 32
+    assert RunConfig(eval_batch_size=8).eval_batch == 8 and CardRunner(W, cache=None, eval_batch_size=8)._batch(8) == 8
+    assert build_config("runs/default.yaml").eval_batch == 128  # the shipped config takes the world's
+
+
 def test_world_seed_is_a_config_key_and_a_flag(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("world: test\nworld_seed: 3\n")

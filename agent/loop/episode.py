@@ -217,7 +217,7 @@ def _freeze_new(cfg: RunConfig, budget_h: float, run_dir: RunDir, world, bank) -
     version = bank.current_library_version()
     hashes = [e.hash for e in bank.library_records(version)]
     evaluators = Evaluators(suites=tuple(SUITES), eval_protocol=world.eval_protocol, backend=cfg.backend,
-                            n=cfg.target_n, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                            n=cfg.target_n, batch_size=cfg.eval_batch, seed=cfg.seed,
                             sizes={s: cfg.suite_n(s) for s in SUITES if cfg.suite_n(s) != cfg.target_n})
     model, extrapolation = read_model(cfg, bank, version), extrapolation_model.read_model(cfg)
     manifest = build_manifest(

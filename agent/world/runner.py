@@ -6,8 +6,8 @@ build a card's rows here (its mix from the world's pools, self-replay generated 
 parent, a matched control's own rows), call trainers.train / trainers.trial and
 evaluators.evaluate here, and share one run cache, so the same (card, parent, seed) is the
 same run for all three. What differs between them is only what they pass in: the backend,
-batch sizes, threads and launcher are the run config's in an episode and the library
-defaults offline.
+batch sizes, threads and launcher are the run config's in an episode and the world's
+(agent.config.EVAL_SIZES) offline.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from experience_bank.results import SuiteResult, TrainResult, TrialResult
 from experience_bank.runcache import RunCache, from_env
 from trainers.checkpoint import adapter_of
 
+from agent.config import eval_sizes
 from agent.world.controls import control_examples, is_control
 from agent.world.examples import card_examples, card_rewards, parent_generator
 from agent.world.interface import WorldData
@@ -36,18 +37,22 @@ class CardRunner:
     """The run cache (None under --no-cache, AGENT_NO_CACHE)."""
     backend: str = "transformers"
     """Generation backend of evaluations and of the parent's self-replay."""
-    eval_batch_size: int = 16
-    """Generation batch size of an evaluation (evaluators.evaluate's default)."""
-    replay_batch_size: int = 32
-    """Generation batch size of the parent's self-replay rows (parent_generator's default)."""
+    eval_batch_size: int | None = None
+    """Generation batch size of an evaluation (None: the world's, agent.config.EVAL_SIZES)."""
+    replay_batch_size: int | None = None
+    """Generation batch size of the parent's self-replay rows (None: the world's, as evaluations)."""
     threads: int | None = None
     """torch threads of a run (None: torch's own)."""
     launch: object | None = None
     """trainers.launch.LaunchSpec for `launcher: accelerate`; None runs in this process."""
 
+    def _batch(self, own: int | None) -> int:
+        return own if own is not None else eval_sizes(self.world.size).batch
+
     def examples(self, card: CandidateCard, parent_dir: str, seed: int) -> list[dict]:
         """The card's training rows from this parent (a matched control's rows for a control card)."""
-        generate = parent_generator(parent_dir, backend=self.backend, batch_size=self.replay_batch_size, seed=seed)
+        generate = parent_generator(parent_dir, backend=self.backend, batch_size=self._batch(self.replay_batch_size),
+                                    seed=seed)
         if is_control(card):
             return control_examples(card, self.world, seed, generate)
         return card_examples(card, self.world, seed, generate=generate)
@@ -79,6 +84,6 @@ class CardRunner:
         items = {s: self.world.items(s, split, (sizes or {}).get(s, n)) for s in suites}
         adapter = adapter_of(model_dir) if self.backend == "openai" else None  # served: loaded per evaluation
         return evaluators.evaluate(model_dir, list(suites) if not isinstance(suites, tuple) else suites, split,
-                                   out_dir=out_dir, backend=self.backend, batch_size=self.eval_batch_size, n=n,
+                                   out_dir=out_dir, backend=self.backend, batch_size=self._batch(self.eval_batch_size), n=n,
                                    seed=self.world.seed if seed is None else seed, items=items, cache=self.cache,
                                    adapter_dir=adapter)
