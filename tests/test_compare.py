@@ -223,6 +223,9 @@ def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     assert sorted(lost) == ["S03", "S04"] and sum(r["hours"] for r in lost.values()) == pytest.approx(ep["wasted_h"])
     assert lost["S03"]["reason"] == "gate: target: gain -3.0 pp" and C.cause(lost["S03"]) == "gate: target"
     assert lost["S04"]["outcome"] == "trial_failed" and lost["S04"]["action"] == "validate"
+    # a negative number's sign is not part of the rule's name: one cause for every reading
+    moved = [{"reason": f"trial inconclusive: target moved {x} pp: below the 1 pp gain"} for x in ("0.8", "-0.95", "+1")]
+    assert {C.cause(r) for r in moved} == {"trial inconclusive: target moved"}
 
 
 def test_where_unpromoted_sums_hours_per_cause_and_names_the_cards():

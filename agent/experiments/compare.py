@@ -118,7 +118,7 @@ def cause(row: dict[str, Any]) -> str:
     if not reason:
         return row["outcome"]
     head, _, rule = reason.partition(":")
-    rule = re.split(r"[:(;0-9]", rule, maxsplit=1)[0].strip()  # the rule's name, not its numbers
+    rule = re.split(r"[:(;]|[-+]?[0-9]", rule, maxsplit=1)[0].strip()  # the rule's name, not its numbers or their sign
     return f"{head.strip()}: {rule}" if rule else head.strip()
 
 
