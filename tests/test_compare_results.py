@@ -142,6 +142,41 @@ def test_every_world_is_checked_before_any_runs_and_kept_under_its_own_directory
         C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results)
 
 
+def test_a_report_runs_nothing_and_covers_the_seeds_every_policy_has_finished(tmp_path, fake):
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    full = C.compare_worlds(tmp_path / "m1", ["good", "meh"], [0, 1], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 8
+    # world 1 is still under way: seed 1 has only good's episode; world 0 has none of seed 1
+    (results / "world-1" / "episodes" / "meh-s1.json").unlink()
+    for p in ("good", "meh"):
+        (results / "world-0" / "episodes" / f"{p}-s1.json").unlink()
+    report = C.compare_worlds(tmp_path / "m2", ["good", "meh"], [0, 1], [0, 1], argv_for=argv_for, results=results,
+                              report_only=True)
+    assert len(calls()) == 8  # nothing ran
+    assert {p: s["n"] for p, s in report["policies"].items()} == {"good": 2, "meh": 2}  # (w0, s0) and (w1, s0)
+    assert report["per_world"]["1"]["policies"]["good"]["n"] == 1 and full["policies"]["good"]["n"] == 4
+    # the fake's endpoint is 40 + gain + seed - 0.5: seed 0 only (43.5) against seeds 0 and 1 (44.0)
+    assert report["policies"]["good"]["endpoint_mean"] == pytest.approx(43.5)
+    assert full["policies"]["good"]["endpoint_mean"] == pytest.approx(44.0)
+    doc = json.loads((results / "compare.json").read_text())  # the results' tables are the report's
+    assert "A measurement under way" in (results / "compare.md").read_text()
+    assert doc["meta"]["seeds"] == [0] and [e["unit"] for e in doc["episodes"]] == ["w0-s0", "w0-s0", "w1-s0", "w1-s0"]
+    # a world with no paired seed is left out; none anywhere is one line of BadInput
+    for p in ("good", "meh"):
+        (results / "world-0" / "episodes" / f"{p}-s0.json").unlink()
+    only = C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0, 1], [0, 1], argv_for=argv_for, results=results,
+                            report_only=True)
+    assert list(only["per_world"]) == ["1"] and len(calls()) == 8
+    (results / "world-1" / "episodes" / "meh-s0.json").unlink()
+    with pytest.raises(BadInput, match="no world has a seed with all 2 policies finished"):
+        C.compare_worlds(tmp_path / "m4", ["good", "meh"], [0, 1], [0, 1], argv_for=argv_for, results=results,
+                         report_only=True)
+    with pytest.raises(BadInput, match="pass --results"):
+        C.compare(tmp_path / "m5", ["good", "meh"], [0], argv_for=argv_for, report_only=True)
+    assert len(calls()) == 8
+
+
 def test_a_stored_digest_reads_as_its_run_directory(tmp_path):
     """The loop's own run directory (nodes + report over boundary fakes), kept and taken back."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))

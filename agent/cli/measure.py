@@ -49,6 +49,9 @@ def _register_compare(sub) -> None:
                         "--world-seeds, DIR/world-N/) that survives this machine: episodes found there are not run "
                         "again when measured with the same config, budget, models, world and code, and every "
                         "episode finished now is kept there (commit it to resume elsewhere)")
+    p.add_argument("--report", action="store_true",
+                   help="with --results: run nothing; write the tables over the seeds every policy has finished "
+                        "there (a measurement still under way, per world and pooled)")
     _execution_flags(p)
     p.set_defaults(func=cmd_compare)
 
@@ -167,6 +170,8 @@ def cmd_compare(args) -> int:
         from trainers.ledger import parse_budget  # noqa: PLC0415
         parse_budget(args.episode_budget)  # BadInput before any episode starts
 
+    if args.report and not args.results:
+        raise BadInput("--report reads the finished episodes of a results directory: pass --results DIR")
     cfg = build_config(args.config)
     from agent.run import extrapolation_model  # noqa: PLC0415 (scipy)
     from agent.run.gonogo_model import LIBRARY, read_model  # noqa: PLC0415 (scikit-learn)
@@ -187,10 +192,11 @@ def cmd_compare(args) -> int:
         if world_seeds:
             summary = compare_worlds(Path(args.out), policies, list(range(args.seeds)), world_seeds,
                                      budget=args.episode_budget, config=args.config, n_jobs=args.jobs,
-                                     executor=executor, fit=fit, results=results)
+                                     executor=executor, fit=fit, results=results, report_only=args.report)
         else:
             summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
-                              config=args.config, n_jobs=args.jobs, executor=executor, fit=fit, results=results)
+                              config=args.config, n_jobs=args.jobs, executor=executor, fit=fit, results=results,
+                              report_only=args.report)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png"
           + (f"; the episodes' digests and the tables in {args.results}" if args.results else ""))
     from agent.views.tracking import log_comparison  # noqa: PLC0415 (MLflow: the parent run of the episodes' runs)

@@ -48,6 +48,7 @@ from agent.experiments.episodes import read_episode  # noqa: F401 (compare's rea
 from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome, Progress, say_on_stderr
 from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary
 from agent.run.rundir import RunDir
+from experience_bank.errors import BadInput
 from trainers.ledger import parse_budget
 
 
@@ -248,14 +249,24 @@ def _digested(status: dict[str, Any], keep: CR.Keep | None) -> dict[str, Any]:
     return status | {"digest": d}
 
 
+def paired_seeds(policies: list[str], seeds: list[int], taken: dict[str, Any]) -> list[int]:
+    """The seeds whose every policy's episode is finished (`taken`: by job_name): the pairs a report
+    over a measurement still under way can rest on."""
+    return [s for s in seeds if all(job_name(p, s) in taken for p in policies)]
+
+
 def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executor,
              argv_for: Callable[[Path, str, int], list[str]], stored: CR.Stored | None = None,
-             say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+             say: Callable[[str], None] | None = None, report_only: bool = False) -> list[dict[str, Any]]:
     """Every (policy, seed) episode through the executor (agent.experiments.executor), but those a
     results directory (`stored`) holds, which are taken from it; a job that raises is recorded as
     failed, the others go on. Each episode finished now is kept in the results directory. `say`
-    gets a line before the first episode runs and one as each ends (progress_line)."""
+    gets a line before the first episode runs and one as each ends (progress_line).
+    `report_only`: run nothing; the seeds every policy has finished in `stored` (paired_seeds)."""
     taken = stored.taken if stored else {}
+    if report_only:
+        seeds = paired_seeds(policies, seeds, taken)
+        (say or (lambda line: None))(f"{out}: report only, over the paired seeds finished: {seeds or 'none'}")
     grid = [(p, s) for s in seeds for p in policies]
     todo = [(p, s) for p, s in grid if job_name(p, s) not in taken]
     progress = Progress(str(out), "episodes", len(grid), len(grid) - len(todo), say or (lambda line: None))
@@ -309,18 +320,19 @@ def _initial_adoption(digests: list[dict[str, Any]]) -> dict[str, dict[str, floa
 def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | None = None, config: str | None = None,
             n_jobs: int = 1, argv_for: Callable[[Path, str, int], list[str]] | None = None,
             executor: Executor | None = None, world_seed: int | None = None, fit: Fit | None = None,
-            results: Path | None = None) -> dict[str, Any]:
+            results: Path | None = None, report_only: bool = False) -> dict[str, Any]:
     """Run (or resume) every paired episode, then summarise and write DIR/compare.{md,json} and figures.
     `executor`: where the episodes run (default: n_jobs at once in subprocesses of this machine);
     `world_seed`: the embedded world every episode runs on (None: the config's); `fit`: fit the
     learned models on other worlds' retrospectives first (agent/experiments/fitted.py); `results`:
-    a results directory the finished episodes are taken from and kept in (compare_results.py)."""
+    a results directory the finished episodes are taken from and kept in (compare_results.py);
+    `report_only`: run nothing, report the seeds `results` holds for every policy."""
     start = time.monotonic()
     code = CR.code_version() if results else None
     plan = _plan(out, policies, seeds, budget=budget, config=config, argv_for=argv_for, world_seed=world_seed,
                  fit=fit, results=results, code=code)
     return _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
-                    executor=executor or LocalExecutor(n_jobs), start=start)[0]
+                    executor=executor or LocalExecutor(n_jobs), start=start, report_only=report_only)[0]
 
 
 @dataclass(frozen=True)
@@ -374,15 +386,23 @@ def _matches(policies: list[str], seeds: list[int], *, budget: str | None, confi
 
 
 def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
-             n_jobs: int, executor: Executor, start: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    if plan.stored:  # the models every episode kept from now on ran with (none without --fit-from)
+             n_jobs: int, executor: Executor, start: float,
+             report_only: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    if report_only and plan.stored is None:
+        raise BadInput("a report only reads a results directory: pass --results DIR")
+    if plan.stored and not report_only:  # the models every episode kept from now on ran with (none without --fit-from)
         CR.publish_models(plan.out, plan.stored.results)
-    statuses = run_jobs(plan.out, policies, seeds, executor, plan.argv_for, plan.stored, say=say_on_stderr("compare"))
+    statuses = run_jobs(plan.out, policies, seeds, executor, plan.argv_for, plan.stored, say=say_on_stderr("compare"),
+                        report_only=report_only)
+    if not statuses:
+        raise BadInput(f"{plan.stored.results if plan.stored else plan.out}: no seed has all {len(policies)} policies "
+                       "finished yet, so there is no pair to report: run the comparison without --report first")
+    seeds = sorted({st["seed"] for st in statuses})
     episodes = [e | {"world_seed": plan.world_seed or 0} for e in collect(statuses)]
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
             "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": plan.world_seed,
-            "fitted": fitted_summary(plan.out)}
+            "fitted": fitted_summary(plan.out)} | ({"report_only": True} if report_only else {})
     write_outputs(plan.out, summary, episodes, meta)
     if plan.stored:
         CR.publish_table(plan.out, plan.stored.results)
@@ -399,13 +419,14 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
                    budget: str | None = None, config: str | None = None, n_jobs: int = 1,
                    executor: Executor | None = None,
                    argv_for: Callable[[Path, str, int, int], list[str]] | None = None,
-                   fit: Fit | None = None, results: Path | None = None) -> dict[str, Any]:
+                   fit: Fit | None = None, results: Path | None = None, report_only: bool = False) -> dict[str, Any]:
     """The paired comparison on each world (DIR/world-<N>/, each resumable as one `agent compare`),
     then pooled: a pair is (world seed, run seed), so every policy is compared on the same worlds
     and seeds. DIR/compare.{md,json} hold the pooled statistics and, under `per_world`, each
     world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`);
     `fit`: each world's learned models fitted on the other worlds' sources (leave-one-world-out);
-    `results`: a results directory (each world's under world-<N>/), every world's checked before any runs."""
+    `results`: a results directory (each world's under world-<N>/), every world's checked before any runs;
+    `report_only`: run nothing, each world's report over the seeds its results hold for every policy."""
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)  # one for every world
     code = CR.code_version() if results else None
@@ -413,16 +434,25 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
                    argv_for=None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws)),
                    world_seed=ws, fit=fit, results=None if results is None else world_dir(results, ws), code=code)
              for ws in world_seeds]
+    if report_only:  # the worlds with at least one seed every policy has finished
+        kept = [(ws, plan) for ws, plan in zip(world_seeds, plans)
+                if plan.stored is not None and paired_seeds(policies, seeds, plan.stored.taken)]
+        if not kept:
+            raise BadInput(f"{results}: no world has a seed with all {len(policies)} policies finished yet, so there is "
+                           "no pair to report: run the comparison without --report first")
+        world_seeds, plans = [ws for ws, _ in kept], [plan for _, plan in kept]
     per_world, pooled = {}, []
     for ws, plan in zip(world_seeds, plans):
         summary, episodes = _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
-                                     executor=executor, start=time.monotonic())
+                                     executor=executor, start=time.monotonic(), report_only=report_only)
         per_world[str(ws)] = summary
         pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
     summary = summarise(pooled) | {"per_world": per_world}
+    seeds = sorted({e["seed"] for e in pooled}) if report_only else seeds
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
             "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,
-            "fitted": {str(ws): fitted_summary(world_dir(out, ws)) for ws in world_seeds}}
+            "fitted": {str(ws): fitted_summary(world_dir(out, ws)) for ws in world_seeds}} | (
+                {"report_only": True} if report_only else {})
     write_outputs(out, summary, pooled, meta)
     if results:
         CR.publish_table(out, results)

@@ -34,7 +34,9 @@ def _cache_line(cache: dict[str, Any] | None) -> str:
 
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fams, ifk = summary["families"], list(IFEVAL_METRICS)
-    lines = ["# Paired policy comparison", "",
+    under_way = (["A measurement under way: this report covers only the seeds every policy had finished "
+                  "(`agent compare --report`); nothing was run for it.", ""] if meta.get("report_only") else [])
+    lines = ["# Paired policy comparison", "", *under_way,
              f"{_worlds_line(meta)}Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
              f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "
              f"over the target capabilities {fams}; 'adoption' = the same on the split the gate selected on "
