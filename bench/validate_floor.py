@@ -26,6 +26,7 @@ go/no-go at 90 %), on committed seeded retrospectives, held out by world.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -57,10 +58,15 @@ def _apply(coef, rows):
     return np.column_stack([np.ones(len(rows)), np.asarray(rows, dtype=float)]) @ coef
 
 
-def _recipe(card_id: str) -> list[float]:
+@functools.cache
+def _knobs() -> dict[str, dict]:
     from agent.world.catalogue import _SPEC
 
-    k = {row[0]: row[5] for row in _SPEC}[card_id]
+    return {row[0]: row[5] for row in _SPEC}
+
+
+def _recipe(card_id: str) -> list[float]:
+    k = _knobs()[card_id]
     return [math.log10(k["lr"]), float("lora" in k), k.get("replay", 0.0), k.get("beta", 0.0), k.get("temp", 1.0),
             float(k.get("sched") == "constant")]
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ from agent.experiments import compare_results as CR
 from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, digest, endpoint_mean,
                                         episode_result, unit)
 from agent.experiments.episodes import read_episode  # noqa: F401 (compare's reader of one run directory, re-exported)
+from agent.experiments.episodes import cause, where_unpromoted  # noqa: F401 (cause: re-exported)
 from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome, Progress, say_on_stderr
 from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary
 from agent.run.rundir import RunDir
@@ -109,32 +109,6 @@ def _policy_summary(eps: list[EpisodeResult], families: list[str]) -> dict[str, 
         "trajectory_auc": _mean(col(trajectory_auc)), "wasted_h": _mean(col(lambda e: e["wasted_h"])),
         "spent_h": _mean(col(lambda e: e["spent_h"])), "unpromoted": where_unpromoted(eps),
     }
-
-
-def cause(row: dict[str, Any]) -> str:
-    """What stopped one unpromoted decision, from its frozen reason: the deciding gate check
-    ("gate: ifeval_guard") or trial rule ("trial fail: retention"); the bare outcome where the
-    digest names no reason (stored before reasons were kept)."""
-    reason = row.get("reason")
-    if not reason:
-        return row["outcome"]
-    head, _, rule = reason.partition(":")
-    rule = re.split(r"[:(;]|[-+]?[0-9]", rule, maxsplit=1)[0].strip()  # the rule's name, not its numbers or their sign
-    return f"{head.strip()}: {rule}" if rule else head.strip()
-
-
-def where_unpromoted(eps: list[EpisodeResult]) -> dict[str, dict[str, Any]]:
-    """Per cause (`cause`), over these episodes: the decisions that spent without promoting, their
-    device-hours and the cards (most frequent cause first)."""
-    out: dict[str, dict[str, Any]] = {}
-    for e in eps:
-        for r in e.get("unpromoted", []):
-            c = out.setdefault(cause(r), {"n": 0, "hours": 0.0, "cards": {}})
-            c["n"] += 1
-            c["hours"] = round(c["hours"] + r["hours"], 9)
-            if r.get("card"):
-                c["cards"][r["card"]] = c["cards"].get(r["card"], 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["hours"], kv[0])))
 
 
 def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], metric) -> dict[str, Any]:
@@ -263,13 +237,13 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
     failed, the others go on. Each episode finished now is kept in the results directory. `say`
     gets a line before the first episode runs and one as each ends (progress_line).
     `report_only`: run nothing; the seeds every policy has finished in `stored` (paired_seeds)."""
-    taken = stored.taken if stored else {}
+    taken, say = (stored.taken if stored else {}), say or (lambda line: None)
     if report_only:
         seeds = paired_seeds(policies, seeds, taken)
-        (say or (lambda line: None))(f"{out}: report only, over the paired seeds finished: {seeds or 'none'}")
+        say(f"{out}: report only, over the paired seeds finished: {seeds or 'none'}")
     grid = [(p, s) for s in seeds for p in policies]
     todo = [(p, s) for p, s in grid if job_name(p, s) not in taken]
-    progress = Progress(str(out), "episodes", len(grid), len(grid) - len(todo), say or (lambda line: None))
+    progress = Progress(str(out), "episodes", len(grid), len(grid) - len(todo), say)
     progress.begin()
 
     def ended(i: int, outcome: Outcome) -> None:  # called in this thread, one job at a time

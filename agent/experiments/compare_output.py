@@ -108,7 +108,7 @@ def _per_world(summary: dict[str, Any]) -> list[str]:
 
 
 def _unpromoted(summary: dict[str, Any]) -> list[str]:
-    """Where each policy spent device-hours without promoting: per cause (compare.cause), the
+    """Where each policy spent device-hours without promoting: per cause (episodes.cause), the
     decisions, their device-hours summed over the policy's episodes, and the cards (x times)."""
     rows = [(p, c, v) for p, s in summary["policies"].items() for c, v in s.get("unpromoted", {}).items()]
     if not rows:

@@ -14,6 +14,7 @@ selected on and so is optimistic, is kept beside it (`endpoint_adoption`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -199,3 +200,29 @@ def endpoint_mean(ep: EpisodeResult, field: str = "endpoint") -> float | None:
     "endpoint_adoption": on the adoption split); None if any is missing."""
     vals = [ep[field].get(f) for f in ep["families"]]
     return None if not vals or None in vals else sum(vals) / len(vals)
+
+
+def cause(row: dict[str, Any]) -> str:
+    """What stopped one unpromoted decision, from its frozen reason: the deciding gate check
+    ("gate: ifeval_guard") or trial rule ("trial fail: retention"); the bare outcome where the
+    digest names no reason (stored before reasons were kept)."""
+    reason = row.get("reason")
+    if not reason:
+        return row["outcome"]
+    head, _, rule = reason.partition(":")
+    rule = re.split(r"[:(;]|[-+]?[0-9]", rule, maxsplit=1)[0].strip()  # the rule's name, not its numbers or their sign
+    return f"{head.strip()}: {rule}" if rule else head.strip()
+
+
+def where_unpromoted(eps: list[EpisodeResult]) -> dict[str, dict[str, Any]]:
+    """Per cause (`cause`), over these episodes: the decisions that spent without promoting, their
+    device-hours and the cards (most frequent cause first)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in eps:
+        for r in e.get("unpromoted", []):
+            c = out.setdefault(cause(r), {"n": 0, "hours": 0.0, "cards": {}})
+            c["n"] += 1
+            c["hours"] = round(c["hours"] + r["hours"], 9)
+            if r.get("card"):
+                c["cards"][r["card"]] = c["cards"].get(r["card"], 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["hours"], kv[0])))
