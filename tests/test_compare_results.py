@@ -177,6 +177,32 @@ def test_a_report_runs_nothing_and_covers_the_seeds_every_policy_has_finished(tm
     assert len(calls()) == 8
 
 
+def test_a_report_takes_episodes_at_the_code_they_ran_but_never_two_codes_in_one_table(tmp_path, fake, monkeypatch):
+    """A measurement spread over sessions runs at one commit while the checkout moves on: a report
+    from the newer checkout takes its episodes at the code they ran (named in compare.md), a resume
+    from it refuses them, and episodes of two code versions are never pooled."""
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    C.compare_worlds(tmp_path / "m1", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results)
+    then = json.loads((results / "world-0" / "episodes" / "good-s0.json").read_text())["match"]["code"]
+    monkeypatch.setattr(CR, "code_version", lambda: {"episode": "f" * 64, "libraries": {}})
+    with pytest.raises(BadInput, match=r"\(code differ\)"):
+        C.compare_worlds(tmp_path / "m2", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results)
+    report = C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results,
+                              report_only=True)
+    assert report["policies"]["good"]["n"] == 2 and len(calls()) == 4
+    doc = json.loads((results / "compare.json").read_text())
+    assert doc["meta"]["measured_code"] == then and then["episode"] != "f" * 64
+    assert f"episode code {then['episode'][:12]}" in (results / "compare.md").read_text()
+    path = results / "world-1" / "episodes" / "meh-s0.json"
+    other = json.loads(path.read_text())
+    path.write_text(json.dumps(other | {"match": other["match"] | {"code": {"episode": "e" * 64, "libraries": {}}}}))
+    with pytest.raises(BadInput, match="measured at 2 code versions"):
+        C.compare_worlds(tmp_path / "m4", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=results,
+                         report_only=True)
+    assert len(calls()) == 4
+
+
 def test_a_stored_digest_reads_as_its_run_directory(tmp_path):
     """The loop's own run directory (nodes + report over boundary fakes), kept and taken back."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -187,7 +213,7 @@ def test_a_stored_digest_reads_as_its_run_directory(tmp_path):
     d = digest(run_dir)
     keep = CR.Keep(tmp_path / "results", {"policy": "bcit", "seed": 0})
     CR.publish(keep, "bcit-s0", d)
-    back = CR.take(keep.results, {"bcit-s0": keep.match})["bcit-s0"]
+    back = CR.take(keep.results, {"bcit-s0": keep.match})["bcit-s0"]["digest"]
     assert back == json.loads(json.dumps(d))
     assert episode_result(back) | {"run_dir": str(run_dir)} == read_episode(run_dir)
     assert read_episode(run_dir)["promotions"] == sum(e["outcome"] == "promoted" for e in back["events"]) > 0

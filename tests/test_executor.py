@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from support import bank_factory as bf
 from agent.config import RunConfig
 from agent.experiments import compare as C
 from agent.experiments import retrospective as R
-from agent.experiments.executor import (Job, LocalExecutor, Progress, RayExecutor, Resources, progress_line, task_env,
+from agent.experiments.executor import (Job, LocalExecutor, Progress, RayExecutor, Resources, eta_s, progress_line, task_env,
                                         task_resources)
 from experience_bank.hashing import content_hash
 from test_compare import FAKE_RUN, fake_run
@@ -243,10 +244,12 @@ def test_ray_executor_reports_each_job_once(ray_session):
 
 
 def test_progress_estimates_the_rest_at_the_pace_of_the_jobs_run_now(monkeypatch):
-    line = progress_line("cmp", "episodes", 3, 8, "bcit-s1", "done in 30.0 min", elapsed_s=5400.0, ran=2, left=5)
+    left = Counter({"": 5})
+    line = progress_line("cmp", "episodes", 3, 8, "bcit-s1", "done in 30.0 min", left=5,
+                         eta_s=eta_s(5400.0, 2, left, {}))
     # 2 run in 1.5 h: 5 more at 0.75 h each
     assert line == "cmp: 3/8 episodes ended (bcit-s1: done in 30.0 min); 5 to run, about 3.8 h at the pace so far"
-    assert progress_line("cmp", "episodes", 1, 8, "a-s0", "done", elapsed_s=1.0, ran=0, left=7) \
+    assert progress_line("cmp", "episodes", 1, 8, "a-s0", "done", left=7, eta_s=eta_s(1.0, 0, Counter({"": 7}), {})) \
         == "cmp: 1/8 episodes ended (a-s0: done)"  # only a finished one so far: no pace, no estimate
     clock = iter([100.0 + 1800.0, 100.0 + 1800.0])  # both ended half an hour after the start
     monkeypatch.setattr(time, "monotonic", lambda: next(clock))
@@ -259,6 +262,26 @@ def test_progress_estimates_the_rest_at_the_pace_of_the_jobs_run_now(monkeypatch
                      "retro: 3/6 cell seeds ended (S01 seed 0: done); 3 to run, about 1.5 h at the pace so far",
                      "retro: 4/6 cell seeds ended (S01 seed 1: failed (RuntimeError: x)); 2 to run, about 0.5 h "
                      "at the pace so far"]
+
+
+def test_each_policy_is_expected_to_take_its_own_pace(monkeypatch):
+    """A comparison's seed starts with the policy that trains everything (2 h); the others take its
+    runs from the cache (6 min): the rest is estimated per policy, not at one pace for all."""
+    walls = {"validate_all": [7200.0], "bcit": [360.0]}
+    # one validate_all and one bcit left, one job at a time (elapsed = the sum of the walls)
+    assert eta_s(7560.0, 2, Counter({"validate_all": 1, "bcit": 1}), walls) == pytest.approx(7560.0)
+    # a policy not run yet goes at the mean of those run; two jobs at once halve the wall-clock
+    assert eta_s(3780.0, 2, Counter({"no_memory": 2}), walls) == pytest.approx(3780.0)
+    clock = iter([7210.0, 7570.0, 14770.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    lines: list[str] = []
+    names = ["validate_all-s0", "bcit-s0", "validate_all-s1", "bcit-s1"]
+    p = Progress("cmp", "episodes", 4, 0, lines.append, names=names, group=C.policy_of, start=10.0)
+    p.end("validate_all-s0", "done in 120.0 min", ran=True, wall_s=7200.0)
+    p.end("bcit-s0", "done in 6.0 min", ran=True, wall_s=360.0)
+    assert lines[-1].endswith("2 to run, about 2.1 h at the pace so far")  # one pace for all: 2 x 1.05 h, the same here
+    p.end("validate_all-s1", "done in 120.0 min", ran=True, wall_s=7200.0)
+    assert lines[-1].endswith("1 to run, about 0.1 h at the pace so far")  # bcit-s1: 6 min, not 1.4 h
 
 
 def test_task_resources_follow_the_run_config():

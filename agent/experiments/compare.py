@@ -166,6 +166,11 @@ def job_name(policy: str, seed: int) -> str:
     return f"{policy}-s{seed}"
 
 
+def policy_of(name: str) -> str:
+    """The policy of a job_name (its progress group: each policy has its own pace)."""
+    return name.rsplit("-s", 1)[0]
+
+
 def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, config: str | None,
                  world_seed: int | None = None, extra: list[str] | None = None) -> list[str]:
     """`agent run` for one (policy, seed), with its own run directory and bank file (`world_seed`:
@@ -243,13 +248,15 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
         say(f"{out}: report only, over the paired seeds finished: {seeds or 'none'}")
     grid = [(p, s) for s in seeds for p in policies]
     todo = [(p, s) for p, s in grid if job_name(p, s) not in taken]
-    progress = Progress(str(out), "episodes", len(grid), len(grid) - len(todo), say)
+    progress = Progress(str(out), "episodes", len(grid), len(grid) - len(todo), say,
+                        names=[job_name(p, s) for p, s in todo], group=policy_of)
     progress.begin()
 
     def ended(i: int, outcome: Outcome) -> None:  # called in this thread, one job at a time
         status = outcome.value if outcome.error is None else {"status": "failed"}
         wall = "" if status.get("skipped") or "wall_s" not in status else f" in {status['wall_s'] / 60:.1f} min"
-        progress.end(job_name(*todo[i]), status.get("status", "failed") + wall, ran=not status.get("skipped"))
+        progress.end(job_name(*todo[i]), status.get("status", "failed") + wall, ran=not status.get("skipped"),
+                     wall_s=status.get("wall_s"))
 
     outcomes = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s), stored.keep(job_name(p, s)) if stored else None))
                              for p, s in todo], ended)
@@ -302,11 +309,22 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
     a results directory the finished episodes are taken from and kept in (compare_results.py);
     `report_only`: run nothing, report the seeds `results` holds for every policy."""
     start = time.monotonic()
-    code = CR.code_version() if results else None
     plan = _plan(out, policies, seeds, budget=budget, config=config, argv_for=argv_for, world_seed=world_seed,
-                 fit=fit, results=results, code=code)
+                 fit=fit, results=results, code=_code(results, report_only))
     return _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
                     executor=executor or LocalExecutor(n_jobs), start=start, report_only=report_only)[0]
+
+
+def _report_meta(stored: list[CR.Stored]) -> dict[str, Any]:
+    """What a report adds to its tables' meta: that it ran nothing, and the code its episodes ran."""
+    return {"report_only": True, "measured_code": CR.one_code(stored)}
+
+
+def _code(results: Path | None, report_only: bool) -> dict[str, Any] | None:
+    """The code version stored episodes must have been measured at to be taken: this checkout's when
+    episodes may run; none for a report, which takes the episodes at the code they were measured
+    at (one version per report: compare_results.one_code)."""
+    return CR.code_version() if results and not report_only else None
 
 
 @dataclass(frozen=True)
@@ -376,7 +394,7 @@ def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str 
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
             "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": plan.world_seed,
-            "fitted": fitted_summary(plan.out)} | ({"report_only": True} if report_only else {})
+            "fitted": fitted_summary(plan.out)} | (_report_meta([plan.stored]) if report_only else {})
     write_outputs(plan.out, summary, episodes, meta)
     if plan.stored:
         CR.publish_table(plan.out, plan.stored.results)
@@ -403,7 +421,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     `report_only`: run nothing, each world's report over the seeds its results hold for every policy."""
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)  # one for every world
-    code = CR.code_version() if results else None
+    code = _code(results, report_only)
     plans = [_plan(world_dir(out, ws), policies, seeds, budget=budget, config=config,
                    argv_for=None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws)),
                    world_seed=ws, fit=fit, results=None if results is None else world_dir(results, ws), code=code)
@@ -415,6 +433,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
             raise BadInput(f"{results}: no world has a seed with all {len(policies)} policies finished yet, so there is "
                            "no pair to report: run the comparison without --report first")
         world_seeds, plans = [ws for ws, _ in kept], [plan for _, plan in kept]
+        CR.one_code([plan.stored for plan in plans])  # before any world is reported
     per_world, pooled = {}, []
     for ws, plan in zip(world_seeds, plans):
         summary, episodes = _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
@@ -426,7 +445,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
             "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,
             "fitted": {str(ws): fitted_summary(world_dir(out, ws)) for ws in world_seeds}} | (
-                {"report_only": True} if report_only else {})
+                _report_meta([plan.stored for plan in plans]) if report_only else {})
     write_outputs(out, summary, pooled, meta)
     if results:
         CR.publish_table(out, results)

@@ -32,10 +32,18 @@ def _cache_line(cache: dict[str, Any] | None) -> str:
             "still paid at its nominal cost, so the decisions are those of an uncached run.")
 
 
+def _code_line(code: dict[str, Any] | None) -> str:
+    if not code:
+        return ""
+    libs = ", ".join(f"{k} {v}" for k, v in sorted(code.get("libraries", {}).items()))
+    return f"Its episodes ran at episode code {str(code.get('episode', '?'))[:12]} ({libs})."
+
+
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fams, ifk = summary["families"], list(IFEVAL_METRICS)
     under_way = (["A measurement under way: this report covers only the seeds every policy had finished "
-                  "(`agent compare --report`); nothing was run for it.", ""] if meta.get("report_only") else [])
+                  f"(`agent compare --report`); nothing was run for it. {_code_line(meta.get('measured_code'))}", ""]
+                 if meta.get("report_only") else [])
     lines = ["# Paired policy comparison", "", *under_way,
              f"{_worlds_line(meta)}Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
              f"wall-clock {meta['wall_s']:.0f} s. Endpoint = the final parent on the held-out test split, mean "

@@ -21,7 +21,7 @@ across policies by compare.pairing_check, as for an episode run here.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,8 @@ class Stored:
     """Job name -> the KNOWN (and WORLD) fields of its episode."""
     taken: dict[str, dict[str, Any]]
     """Job name -> the stored digest of its finished episode (only those `results` holds)."""
+    codes: dict[str, Any] = field(default_factory=dict)
+    """Job name -> the code version its stored episode was measured at (of those taken)."""
 
     def keep(self, name: str) -> Keep:
         return Keep(self.results, self.matches[name])
@@ -93,7 +95,20 @@ class Stored:
 def stored(results: Path, matches: dict[str, dict[str, Any]]) -> Stored:
     """`results` with the episodes it holds of these jobs; BadInput, before anything runs, when one
     was measured in other conditions (`take`)."""
-    return Stored(results, matches, take(results, matches))
+    docs = take(results, matches)
+    return Stored(results, matches, {n: d["digest"] for n, d in docs.items()},
+                  {n: d["match"].get("code") for n, d in docs.items()})
+
+
+def one_code(stored: list[Stored]) -> dict[str, Any] | None:
+    """The one code version every taken episode of these worlds was measured at (None: none taken);
+    BadInput when they differ. A report (`agent compare --report`) pools episodes as they were
+    measured, at whatever commit ran them, but never two code versions in one table."""
+    codes = {canonical_json(c): c for s in stored for c in s.codes.values()}
+    if len(codes) > 1:
+        raise BadInput(f"the stored episodes were measured at {len(codes)} code versions: report each measurement "
+                       "from its own --results directory")
+    return next(iter(codes.values()), None)
 
 
 def code_version() -> dict[str, Any]:
@@ -106,12 +121,13 @@ def config_sha256(cfg: RunConfig) -> str:
     return content_hash(cfg.model_dump(mode="json", exclude=set(PER_EPISODE)))
 
 
-def conditions(cfg: RunConfig, world_seed: int, budget_h: float, code: dict[str, Any]) -> dict[str, Any]:
+def conditions(cfg: RunConfig, world_seed: int, budget_h: float, code: dict[str, Any] | None) -> dict[str, Any]:
     """The match fields shared by every episode on one world (add policy, seed and models per job):
     for the embedded world its id, known before anything is built (it names this machine's
     numerics, so episodes stored on a machine that rounds differently are refused at once), and
     its base weights where it is built here."""
-    ours = {"world_seed": world_seed, "config_sha256": config_sha256(cfg), "budget_h": budget_h, "code": code}
+    ours = {"world_seed": world_seed, "config_sha256": config_sha256(cfg), "budget_h": budget_h} | (
+        {} if code is None else {"code": code})  # a report takes episodes at any one code (one_code)
     if cfg.base_model is not None:
         return ours
     world = cached_world(cfg.world, world_seed)
@@ -142,8 +158,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def take(results: Path, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The stored digests of the episodes `wanted` (job name -> its current match fields) that
-    `results` holds; BadInput, before anything runs, when one was measured in other conditions."""
+    """The stored episodes ({match, digest}) of those `wanted` (job name -> its current match fields)
+    that `results` holds; BadInput, before anything runs, when one was measured in other conditions
+    (on the fields `wanted` names: a report names no code)."""
     taken = {}
     for name, ours in wanted.items():
         path = episode_file(results, name)
@@ -154,7 +171,7 @@ def take(results: Path, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str
         if diff:
             raise BadInput(f"{path} was measured in other conditions ({', '.join(diff)} differ): pass a new "
                            "--results directory, or run the code commit, config and world it was measured with")
-        taken[name] = doc["digest"]
+        taken[name] = doc
     return taken
 
 

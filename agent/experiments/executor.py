@@ -30,6 +30,7 @@ import os
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -196,43 +197,70 @@ def _wait(ray: Any, ref: Any) -> Outcome:
 # --- progress of a batch that runs for hours ---------------------------------------------------
 
 
-def progress_line(where: str, what: str, ended: int, total: int, name: str, how: str, *, elapsed_s: float,
-                  ran: int, left: int) -> str:
+def progress_line(where: str, what: str, ended: int, total: int, name: str, how: str, *, left: int,
+                  eta_s: float | None) -> str:
     """One line for a job that ended: what it came to, how many are left, and when they should end
-    at the pace of the `ran` jobs run so far in `elapsed_s` (parallel jobs included, whichever
-    executor ran them; none before one has run). Jobs served from a cache run faster than the
-    rest, so the estimate is rough either way."""
+    (`eta_s`, Progress.eta_s; none before one has run)."""
     line = f"{where}: {ended}/{total} {what} ended ({name}: {how})"
-    if left and ran:
-        line += f"; {left} to run, about {elapsed_s / ran * left / 3600:.1f} h at the pace so far"
+    if left and eta_s is not None:
+        line += f"; {left} to run, about {eta_s / 3600:.1f} h at the pace so far"
     return line
+
+
+def eta_s(elapsed_s: float, ran: int, left: Counter[str], walls: dict[str, list[float]]) -> float | None:
+    """Seconds until the `left` jobs (count per group) end, at the pace of the `ran` jobs run so far
+    in `elapsed_s` (parallel jobs included, whichever executor ran them; None before one has run).
+    Where the jobs' own wall-clocks are known (`walls`, per group), a job left is expected to take
+    its group's mean (the mean of all where its group has not run yet), scaled by the parallelism
+    seen (elapsed over the sum of the walls): a comparison's first policy of a seed trains and
+    evaluates what the others then take from the run cache, so one pace for all misleads by 5x."""
+    if not ran:
+        return None
+    done = [w for ws in walls.values() for w in ws]
+    if not done or sum(done) <= 0:
+        return elapsed_s / ran * sum(left.values())
+    mean = sum(done) / len(done)
+    need = sum(n * (sum(walls[g]) / len(walls[g]) if walls.get(g) else mean) for g, n in left.items())
+    return elapsed_s * need / sum(done)
 
 
 @dataclass
 class Progress:
     """Progress lines of one batch of jobs: `begin` before any runs, `end` as each ends (the
     executor's on_done); `total` jobs, of which `before` had ended before this call (taken from
-    a results directory, or finished by an earlier call)."""
+    a results directory, or finished by an earlier call). `names` (the jobs to run) and `group`
+    (a job name's group) let the estimate follow each group's own pace (eta_s)."""
 
     where: str
     what: str
     total: int
     before: int
     say: Callable[[str], None]
+    names: list[str] = field(default_factory=list)
+    group: Callable[[str], str] = lambda name: ""
     ran: int = 0
     ended: int = 0
     start: float = field(default_factory=time.monotonic)
+    walls: dict[str, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pending = Counter(self.group(n) for n in self.names)
 
     def begin(self) -> None:
         self.say(f"{self.where}: {self.total} {self.what}, {self.before} finished before, "
                  f"{self.total - self.before} to run")
 
-    def end(self, name: str, how: str, *, ran: bool) -> None:
-        """`ran`: it did its work now (a job that found its work done counts as ended, not as pace)."""
+    def end(self, name: str, how: str, *, ran: bool, wall_s: float | None = None) -> None:
+        """`ran`: it did its work now (a job that found its work done counts as ended, not as pace);
+        `wall_s`: its own wall-clock, where known."""
         self.ended, self.ran = self.ended + 1, self.ran + ran
-        self.say(progress_line(self.where, self.what, self.before + self.ended, self.total, name, how,
-                               elapsed_s=time.monotonic() - self.start, ran=self.ran,
-                               left=self.total - self.before - self.ended))
+        if ran and wall_s is not None:
+            self.walls.setdefault(self.group(name), []).append(wall_s)
+        left = self.total - self.before - self.ended
+        self.pending[self.group(name)] -= name in self.names
+        pending = self.pending if self.names else Counter({"": left})
+        self.say(progress_line(self.where, self.what, self.before + self.ended, self.total, name, how, left=left,
+                               eta_s=eta_s(time.monotonic() - self.start, self.ran, pending, self.walls)))
 
 
 def say_on_stderr(prefix: str) -> Callable[[str], None]:
