@@ -433,7 +433,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
             raise BadInput(f"{results}: no world has a seed with all {len(policies)} policies finished yet, so there is "
                            "no pair to report: run the comparison without --report first")
         world_seeds, plans = [ws for ws, _ in kept], [plan for _, plan in kept]
-        CR.one_code([plan.stored for plan in plans])  # before any world is reported
+        _report_meta([plan.stored for plan in plans])  # one code for all, checked before any world is reported
     per_world, pooled = {}, []
     for ws, plan in zip(world_seeds, plans):
         summary, episodes = _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
