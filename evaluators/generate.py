@@ -12,6 +12,10 @@ and decodes greedily, so a rerun gives the same text (up to backend numerics).
 - vllm: optional extra, imported only when chosen.
 - openai: any OpenAI-compatible endpoint (OPENAI_BASE_URL / OPENAI_API_KEY); `model` is the
   served model's name.
+
+`sample` is the other use of a model: k completions per prompt at a temperature, as GRPO draws
+its groups (TRL's GRPOTrainer samples with `temperature`, top_p 1 and no top_k), so a caller can
+ask how a prompt's group would be rewarded before training on it (agent/world/examples.py).
 """
 
 from __future__ import annotations
@@ -132,6 +136,36 @@ def _openai(model, prompts: list[Messages], batch_size: int, max_new_tokens: int
 
 
 BACKENDS: dict[str, Callable[..., list[str]]] = {"transformers": _transformers, "vllm": _vllm, "openai": _openai}
+
+
+def sample(model, prompts: list[Messages], *, k: int, temperature: float, max_new_tokens: int = 64,
+           batch_size: int = 16, seed: int = 0) -> list[list[str]]:
+    """k sampled completions per prompt (transformers), in order: the group GRPO would draw for it.
+    Seeded: the same (model, prompts, k, temperature, seed) gives the same texts on one machine."""
+    if k < 1 or temperature <= 0 or batch_size < 1 or max_new_tokens < 1:
+        raise BadInput(f"sampling needs k >= 1, temperature > 0, batch_size and max_new_tokens >= 1; got k={k}, "
+                       f"temperature={temperature}, batch_size={batch_size}, max_new_tokens={max_new_tokens}")
+    if not prompts:
+        return []
+    import torch
+    from evaluators import models
+
+    net, tok = models.load(model) if isinstance(model, (str, os.PathLike)) else model
+    texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
+    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    stop, out = stop_ids(net, tok), [[] for _ in prompts]
+    per_call = max(1, batch_size // k)  # prompts per generate() call: batch_size rows of k samples each
+    torch.manual_seed(seed)
+    for idx in length_batches([len(x) for x in ids], per_call):
+        enc = tok.pad({"input_ids": [ids[i] for i in idx]}, padding=True, return_tensors="pt").to(net.device)
+        with torch.no_grad():
+            gen = net.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
+                               num_return_sequences=k, max_new_tokens=max_new_tokens, use_cache=True,
+                               eos_token_id=stop, pad_token_id=tok.pad_token_id)
+        rows = gen[:, enc["input_ids"].shape[1]:]
+        for j, i in enumerate(idx):  # generate() returns each prompt's k rows together
+            out[i] = [tok.decode(r, skip_special_tokens=True) for r in rows[j * k:(j + 1) * k]]
+    return out
 
 
 def generate(model, prompts: list[Messages], *, backend: str = "transformers", batch_size: int = 16,

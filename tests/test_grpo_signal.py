@@ -31,3 +31,12 @@ def test_runs_and_table_read_the_cache_layout(tmp_path, capsys):
     assert rows[0]["reward"] == pytest.approx(0.4) and rows[0]["reward_last"] == pytest.approx(0.5)
     assert main(["--cache", str(tmp_path)]) == 0 and "| G05 | execution | 2 |" in capsys.readouterr().out
     assert main(["--cache", str(tmp_path / "none")]) == 2 and "holds no run cache" in capsys.readouterr().err
+
+
+def test_a_grpo_runs_result_says_whether_its_reward_rose():
+    from trainers.run import _grpo_signal
+
+    steps = [{"step": i + 1, "reward": 0.2 * i, "frac_reward_zero_std": 0.5 if i < 4 else 0.25} for i in range(8)]
+    # quarters of 8 logged steps: (0, 0.2) -> 0.1 and (1.2, 1.4) -> 1.3; no signal (4 x 0.5 + 4 x 0.25) / 8
+    assert _grpo_signal(steps) == pytest.approx({"reward_early": 0.1, "reward_late": 1.3, "no_signal": 0.375})
+    assert _grpo_signal([{"step": 1, "loss": 1.0}]) == {}

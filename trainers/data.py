@@ -84,6 +84,28 @@ def mix_replay(new: Sequence[dict], replay_prompts: Mapping[str, Sequence[list[d
     return rows
 
 
+def group_rewards(per_function: Sequence[Sequence[float | None]]) -> list[float]:
+    """Each completion's reward summed over the reward functions as TRL sums them (nansum: a
+    function that returns None for a row adds nothing to it)."""
+    return [math.fsum(r for r in col if r is not None) for col in zip(*per_function, strict=True)]
+
+
+def informative(group: Sequence[float]) -> bool:
+    """Whether a prompt's sampled group gives GRPO a gradient: its rewards are not all equal (equal
+    rewards make every advantage 0, so the prompt only moves the model through the KL term)."""
+    return len(group) > 1 and max(group) != min(group)
+
+
+def keep_informative(rows: Sequence[dict], flags: Sequence[bool], n: int, seed: int) -> list[dict]:
+    """n training rows from the informative ones (flags), drawn as `draw` draws: without replacement
+    while they last, then further shuffled passes. With none informative, the first n rows unchanged:
+    there is nothing to prefer."""
+    if len(rows) != len(flags):
+        raise BadInput(f"{len(flags)} informativeness flags for {len(rows)} rows")
+    kept = [r for r, f in zip(rows, flags) if f]
+    return draw(kept, n, random.Random(seed + 2)) if kept else list(rows[:n])
+
+
 def build_examples(card: CandidateCard, pools: Mapping[str, Sequence[dict]], seed: int, *,
                    replay_prompts: Mapping[str, Sequence[list[dict]]] | None = None,
                    generate: Generate | None = None) -> list[dict]:

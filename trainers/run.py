@@ -208,11 +208,27 @@ def _final_log(history: list[dict], method: str, resumed_step: int, prefix: int)
             log[key] = values[-1]
             if key in ("loss", "reward"):
                 log[f"{key}_first"] = values[0]
+    log.update(_grpo_signal(steps) if method == "grpo" else {})
     tokens = [float(h["num_tokens"]) for h in history if "num_tokens" in h]
     # GRPO counts tokens in the restored TrainerState (cumulative); SFT restarts at 0 on resume.
     prefix = [float(h["num_tokens"]) for h in history if "num_tokens" in h and h.get("step", 0) <= resumed_step]
     offset = prefix[-1] if (method == "grpo" and prefix) else 0.0
     return log, int(tokens[-1] - offset) if tokens else 0
+
+
+def _grpo_signal(steps: list[dict]) -> dict[str, float]:
+    """Whether a GRPO run learnt from its reward: the mean reward of its first and last quarter of
+    logged steps, and the mean share of groups whose rewards were all equal (no gradient;
+    bench/grpo_signal.py, agent/world/examples.informative_examples)."""
+    rewards = [float(h["reward"]) for h in steps if "reward" in h and math.isfinite(float(h["reward"]))]
+    silent = [float(h["frac_reward_zero_std"]) for h in steps if "frac_reward_zero_std" in h]
+    out: dict[str, float] = {}
+    if rewards:
+        q = max(1, len(rewards) // 4)
+        out |= {"reward_early": math.fsum(rewards[:q]) / q, "reward_late": math.fsum(rewards[-q:]) / q}
+    if silent and all(math.isfinite(v) for v in silent):
+        out["no_signal"] = math.fsum(silent) / len(silent)
+    return out
 
 
 def _save_child(trainer, tokenizer, card: CandidateCard, stage: Path) -> str | None:

@@ -4,24 +4,33 @@ The loop, the seed bank, the retrospective and `agent train` all train cards; th
 see the same data for the same (card, seed), so this is the one place that resolves a
 card's dataset ids to the world's pools (evaluators.tasks), mixes in self-replay generated
 by the frozen parent (docs/GATE.md §3), and picks the GRPO reward functions.
+
+`informative_examples` keeps a GRPO card's rows to the prompts that give it a gradient. No card's
+recipe asks for it yet: bench/grpo_filter.py measures what it does first (docs/results/
+grpo-filter-v6-pilot.md), and a card can ask for it only once that is frozen in a catalogue.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard
 from agent.world.store import EmbeddedTasks
 from evaluators import served
-from evaluators.generate import generate
+from evaluators.generate import generate, sample
 from trainers.checkpoint import adapter_of
-from trainers.data import build_examples
+from trainers.data import build_examples, group_rewards, informative, keep_informative, sample_recipe
 
 if TYPE_CHECKING:
     from agent.world.interface import WorldData
 
 REPLAY_NEW_TOKENS = 112
 """Replay completions are answers to short templated prompts: this bounds them."""
+FILTER_CANDIDATES = 2
+"""Prompts drawn per training row when a GRPO card's rows are filtered for a reward spread."""
+Sample = Callable[[list, int, float], "list[list[str]]"]
+"""(prompts, k, temperature) -> k completions per prompt, sampled from the frozen parent."""
 
 
 def card_examples(card: CandidateCard, world: "WorldData | int", seed: int, *,
@@ -54,6 +63,43 @@ def parent_generator(parent_dir: str, *, backend: str = "transformers", batch_si
             return generate(model.name, prompts, backend=backend, batch_size=batch_size,
                             max_new_tokens=REPLAY_NEW_TOKENS, seed=seed)
     return replay
+
+
+def parent_sampler(parent_dir: str, *, max_new_tokens: int, batch_size: int = 32, seed: int = 0) -> Sample:
+    """Sampling by the frozen parent (transformers), as GRPO samples its groups."""
+    def draw(prompts: list, k: int, temperature: float) -> list[list[str]]:
+        return sample(parent_dir, prompts, k=k, temperature=temperature, max_new_tokens=max_new_tokens,
+                      batch_size=batch_size, seed=seed)
+    return draw
+
+
+def informative_examples(card: CandidateCard, world: "WorldData | int", seed: int,
+                         sample_fn: Sample) -> tuple[list[dict], dict[str, int]]:
+    """A GRPO card's rows, kept to prompts that give it a gradient, and what the filter saw.
+
+    FILTER_CANDIDATES times the card's rows are drawn from its mix; the frozen parent samples each
+    prompt's group as the card would (num_generations completions at its temperature), the card's
+    own rewards score them, and the rows whose group's rewards differ are kept (trainers.data.
+    keep_informative): offline, the dynamic sampling of DAPO (Yu et al. 2025), which drops groups
+    whose rewards are all equal because their advantages, and so their policy gradient, are zero."""
+    if card.method != "grpo":
+        raise BadInput(f"card {card.id}: prompts are filtered by their rewards' spread for grpo cards only")
+    data = EmbeddedTasks(world) if isinstance(world, int) else world
+    pools = {m.dataset.id: data.grpo_examples(m.dataset.id) for m in card.data.mix}
+    rows = sample_recipe(card.data, pools, seed, n=FILTER_CANDIDATES * card.data.n_examples)
+    k = card.hparams.num_generations or 1
+    texts = sample_fn([r["prompt"] for r in rows], k, card.hparams.temperature or 1.0)
+    if len(texts) != len(rows) or any(len(t) != k for t in texts):
+        raise BadInput(f"the sampler returned {len(texts)} groups for {len(rows)} prompts (k={k} each expected)")
+    rewards = card_rewards(card) or {}
+    columns = [c for c in rows[0] if c != "prompt"]
+    prompts = [r["prompt"] for r in rows for _ in range(k)]
+    completions = [[{"role": "assistant", "content": t}] for group in texts for t in group]
+    kwargs = {c: [r[c] for r in rows for _ in range(k)] for c in columns}
+    flat = group_rewards([fn(prompts, completions, **kwargs) for fn in rewards.values()])
+    flags = [informative(flat[i * k:(i + 1) * k]) for i in range(len(rows))]
+    kept = keep_informative(rows, flags, card.data.n_examples, seed)
+    return kept, {"candidates": len(rows), "informative": sum(flags), "rows": len(kept)}
 
 
 def card_rewards(card: CandidateCard) -> dict | None:

@@ -1,0 +1,161 @@
+"""Does GRPO move its target when it trains only on prompts that give it a gradient? A pilot.
+
+    AGENT_CACHE=/work/cache/agent PYTHONPATH=. OMP_NUM_THREADS=1 python bench/grpo_filter.py \\
+        --world-seed 0 --cards G05 G01 G09 --seeds 0 1 --out $AGENT_CACHE/measure/grpo-filter-w0
+
+On the v4 catalogue most GRPO groups give no gradient (bench/grpo_signal.py: 34-94 % of a card's
+groups have all-equal rewards) and the trials' rewards do not rise. Each card here runs its full
+length from the world's base twice per training seed: on its rows as the catalogue builds them
+(`as-is`) and on rows kept to prompts whose group, sampled from the base as the card samples it,
+gets rewards that differ (`informative`: agent/world/examples.informative_examples). Both are real
+TRL runs through trainers.train and the run cache; each model is scored as a retrospective cell
+is (agent/experiments/retrospective.WorldPorts.evaluate) on the validation split (200 target items,
+200 IFEval prompts), against the base on the same items.
+
+Reported per (card, variant, seed): the share of candidate prompts that were informative, the
+reward over the first and last quarter of the run's logged steps and its groups with no signal
+(trainers/run._grpo_signal), the target and IFEval prompt-strict change against the base (pp),
+and the wall time; then per (card, variant) the mean and between-seed SD of the target change.
+Resumable: every finished (card, variant, seed) is kept in OUT/<card>/<variant>-s<seed>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from experience_bank.errors import BadInput  # noqa: E402
+
+VARIANTS = ("as-is", "informative")
+SPLIT = "validation"
+
+
+def _run(ports: Any, card: Any, variant: str, seed: int, out: Path) -> dict[str, Any]:
+    """One full run of `card` from the base on its `variant` rows, scored against the base."""
+    import trainers
+    from agent.world.examples import card_rewards, informative_examples, parent_sampler
+
+    world, base = ports.world, ports.world.base_dir
+    start = time.perf_counter()
+    filt: dict[str, int] = {}
+    if variant == "informative":
+        sampler = parent_sampler(base, max_new_tokens=card.hparams.max_completion_length or 64, seed=seed)
+        rows, filt = informative_examples(card, world, seed, sampler)
+    else:
+        rows = ports.runner.examples(card, base, seed)
+    rows_s = time.perf_counter() - start
+    result = trainers.train(card, base, rows, out_dir=str(out / "run"), run_key=f"grpo-filter-{card.id}-{variant}-s{seed}",
+                            reward_funcs=card_rewards(card), seed=seed, threads=ports.runner.threads,
+                            cache=ports.runner.cache)
+    scores = ports.evaluate(result.checkpoint, card.family, SPLIT, str(out / "evals"))
+    log = dict(result.log)
+    return {"card": card.id, "variant": variant, "seed": seed, "filter": filt, "rows_s": round(rows_s, 1),
+            "train_s": round(result.wall_seconds, 1), "scores": scores,
+            **{k: log.get(k) for k in ("reward_early", "reward_late", "no_signal")}}
+
+
+def with_lr(card: Any, lr: float) -> Any:
+    """The card at another learning rate, validated as any card is."""
+    from experience_bank.records import CandidateCard
+
+    body = card.model_dump()
+    body["hparams"]["learning_rate"] = lr
+    return CandidateCard.model_validate(body)
+
+
+def summary(rows: Sequence[dict[str, Any]], base: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Per (card, variant): seeds, mean and between-seed SD of the target change against the base."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["card"], r["variant"]), []).append(r)
+    out = []
+    for (card, variant), rs in sorted(groups.items()):
+        d = [r["scores"]["target"] - base[card]["target"] for r in rs]
+        out.append({"card": card, "variant": variant, "seeds": len(rs), "mean": statistics.fmean(d),
+                    "sd": statistics.stdev(d) if len(d) > 1 else None})
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="default")
+    p.add_argument("--world-seed", type=int, default=0)
+    p.add_argument("--cards", nargs="+", default=["G05", "G01", "G09"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--out", type=Path, required=True, help="run directory (outside the work tree)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lr", type=float, default=None, help="run the cards at this learning rate instead of their own "
+                   "(a recipe being tried: its runs and rows are kept under OUT/<card>@lr<LR>/)")
+    args = p.parse_args(argv)
+    from agent.experiments.retrospective import WorldPorts
+    from agent.world.catalogue import card_by_id
+    from agent.world.embedded import ensure_world
+    from agent.world.runner import CardRunner
+
+    try:
+        world = ensure_world(args.size, world_seed=args.world_seed)
+        ports = WorldPorts(world)
+        ports.runner = CardRunner(world, threads=args.threads)
+        cards = [card_by_id(world, c) for c in args.cards]
+        if args.lr is not None:
+            cards = [with_lr(c, args.lr) for c in cards]
+        labels = {id(c): c.id if args.lr is None else f"{c.id}@lr{args.lr:g}" for c in cards}
+        wrong = [c.id for c in cards if c.method != "grpo"]
+        if wrong:
+            raise BadInput(f"{', '.join(wrong)} are not GRPO cards: pass GRPO card ids (G01-G12)")
+    except KeyError as e:
+        print(f"error: no card {e} in the catalogue: pass card ids such as G05", file=sys.stderr)
+        return 2
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    base: dict[str, dict[str, float]] = {}
+    rows = []
+    print("| card | variant | seed | informative / candidates | reward, first -> last quarter | groups with no signal "
+          "| target pp vs base | IFEval prompt pp vs base | rows + train s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for card in cards:
+        path = args.out / "base" / f"{card.family}.json"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(ports.evaluate(world.base_dir, card.family, SPLIT, str(path.with_suffix("")))))
+        name = labels[id(card)]
+        base[name] = json.loads(path.read_text())
+        for seed in args.seeds:
+            for variant in VARIANTS:
+                done = args.out / name / f"{variant}-s{seed}.json"
+                if not done.is_file():
+                    r = _run(ports, card, variant, seed, args.out / name / f"{variant}-s{seed}") | {"card": name}
+                    done.parent.mkdir(parents=True, exist_ok=True)
+                    done.with_suffix(".tmp").write_text(json.dumps(r, indent=1, sort_keys=True))
+                    done.with_suffix(".tmp").replace(done)
+                r = json.loads(done.read_text())
+                rows.append(r)
+                f = r["filter"]
+                share = f"{f['informative']}/{f['candidates']}" if f else "-"
+                reward = ("n/a" if r["reward_early"] is None else f"{r['reward_early']:.3f} -> {r['reward_late']:.3f}")
+                silent = "n/a" if r["no_signal"] is None else f"{100 * r['no_signal']:.0f} %"
+                print(f"| {name} | {variant} | {seed} | {share} | {reward} | {silent} "
+                      f"| {r['scores']['target'] - base[name]['target']:+.2f} "
+                      f"| {r['scores']['prompt_strict'] - base[name]['prompt_strict']:+.2f} "
+                      f"| {r['rows_s']:.0f} + {r['train_s']:.0f} |", flush=True)
+    print()
+    print("| card | variant | seeds | target change, mean pp | between-seed SD pp |")
+    print("|---|---|---|---|---|")
+    for s in summary(rows, base):
+        sd = "n/a" if s["sd"] is None else f"{s['sd']:.2f}"
+        print(f"| {s['card']} | {s['variant']} | {s['seeds']} | {s['mean']:+.2f} | {sd} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
