@@ -9,14 +9,17 @@ length from the world's base twice per training seed: on its rows as the catalog
 (`as-is`) and on rows kept to prompts whose group, sampled from the base as the card samples it,
 gets rewards that differ (`informative`: agent/world/examples.informative_examples). Both are real
 TRL runs through trainers.train and the run cache; each model is scored as a retrospective cell
-is (agent/experiments/retrospective.WorldPorts.evaluate) on the validation split (200 target items,
-200 IFEval prompts), against the base on the same items.
+is (agent/experiments/retrospective.WorldPorts.evaluate), by default on the adoption split as a full
+run is (1,000 target items, sql/target its whole split; 1,000 IFEval prompts), against the base on
+the same items.
 
-Reported per (card, variant, seed): the share of candidate prompts that were informative, the
+An SFT card (a recipe tried at another learning rate, `--lr`) runs as-is only: the filter is
+GRPO's. Reported per (card, variant, seed): the share of candidate prompts that were informative, the
 reward over the first and last quarter of the run's logged steps and its groups with no signal
 (trainers/run._grpo_signal), the target and IFEval prompt-strict change against the base (pp),
 and the wall time; then per (card, variant) the mean and between-seed SD of the target change.
-Resumable: every finished (card, variant, seed) is kept in OUT/<card>/<variant>-s<seed>.json.
+Resumable: every finished (card, variant, seed) is kept in OUT/<card>/<variant>-s<seed>.<split>.json;
+a run already trained is served by the run cache when it is scored on another split.
 """
 
 from __future__ import annotations
@@ -36,10 +39,9 @@ sys.path.insert(0, str(ROOT))
 from experience_bank.errors import BadInput  # noqa: E402
 
 VARIANTS = ("as-is", "informative")
-SPLIT = "validation"
 
 
-def _run(ports: Any, card: Any, variant: str, seed: int, out: Path) -> dict[str, Any]:
+def _run(ports: Any, card: Any, variant: str, seed: int, out: Path, split: str) -> dict[str, Any]:
     """One full run of `card` from the base on its `variant` rows, scored against the base."""
     import trainers
     from agent.world.examples import card_rewards, informative_examples, parent_sampler
@@ -56,9 +58,9 @@ def _run(ports: Any, card: Any, variant: str, seed: int, out: Path) -> dict[str,
     result = trainers.train(card, base, rows, out_dir=str(out / "run"), run_key=f"grpo-filter-{card.id}-{variant}-s{seed}",
                             reward_funcs=card_rewards(card), seed=seed, threads=ports.runner.threads,
                             cache=ports.runner.cache)
-    scores = ports.evaluate(result.checkpoint, card.family, SPLIT, str(out / "evals"))
+    scores = ports.evaluate(result.checkpoint, card.family, split, str(out / f"evals-{split}"))
     log = dict(result.log)
-    return {"card": card.id, "variant": variant, "seed": seed, "filter": filt, "rows_s": round(rows_s, 1),
+    return {"card": card.id, "variant": variant, "seed": seed, "split": split, "filter": filt, "rows_s": round(rows_s, 1),
             "train_s": round(result.wall_seconds, 1), "scores": scores,
             **{k: log.get(k) for k in ("reward_early", "reward_late", "no_signal")}}
 
@@ -93,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     p.add_argument("--out", type=Path, required=True, help="run directory (outside the work tree)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--split", default="adoption", choices=("validation", "adoption"),
+                   help="where the models are scored: adoption (default; 1,000 target items and IFEval prompts, as a "
+                        "retrospective's full runs) or validation (200, as a trial)")
     p.add_argument("--lr", type=float, default=None, help="run the cards at this learning rate instead of their own "
                    "(a recipe being tried: its runs and rows are kept under OUT/<card>@lr<LR>/)")
     args = p.parse_args(argv)
@@ -109,9 +114,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.lr is not None:
             cards = [with_lr(c, args.lr) for c in cards]
         labels = {id(c): c.id if args.lr is None else f"{c.id}@lr{args.lr:g}" for c in cards}
-        wrong = [c.id for c in cards if c.method != "grpo"]
-        if wrong:
-            raise BadInput(f"{', '.join(wrong)} are not GRPO cards: pass GRPO card ids (G01-G12)")
     except KeyError as e:
         print(f"error: no card {e} in the catalogue: pass card ids such as G05", file=sys.stderr)
         return 2
@@ -124,17 +126,17 @@ def main(argv: Sequence[str] | None = None) -> int:
           "| target pp vs base | IFEval prompt pp vs base | rows + train s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for card in cards:
-        path = args.out / "base" / f"{card.family}.json"
+        path = args.out / "base" / f"{card.family}.{args.split}.json"
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(ports.evaluate(world.base_dir, card.family, SPLIT, str(path.with_suffix("")))))
+            path.write_text(json.dumps(ports.evaluate(world.base_dir, card.family, args.split, str(path.with_suffix("")))))
         name = labels[id(card)]
         base[name] = json.loads(path.read_text())
         for seed in args.seeds:
-            for variant in VARIANTS:
-                done = args.out / name / f"{variant}-s{seed}.json"
+            for variant in VARIANTS if card.method == "grpo" else VARIANTS[:1]:
+                done = args.out / name / f"{variant}-s{seed}.{args.split}.json"
                 if not done.is_file():
-                    r = _run(ports, card, variant, seed, args.out / name / f"{variant}-s{seed}") | {"card": name}
+                    r = _run(ports, card, variant, seed, args.out / name / f"{variant}-s{seed}", args.split) | {"card": name}
                     done.parent.mkdir(parents=True, exist_ok=True)
                     done.with_suffix(".tmp").write_text(json.dumps(r, indent=1, sort_keys=True))
                     done.with_suffix(".tmp").replace(done)
