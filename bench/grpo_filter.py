@@ -16,7 +16,7 @@ the same items.
 An SFT card (a recipe tried at another learning rate, `--lr`) runs as-is only: the filter is
 GRPO's. Reported per (card, variant, seed): the share of candidate prompts that were informative, the
 reward over the first and last quarter of the run's logged steps and its groups with no signal
-(trainers/run._grpo_signal), the target and IFEval prompt-strict change against the base (pp),
+(trainers.run.reward_signal), the target and IFEval prompt-strict change against the base (pp),
 and the wall time; then per (card, variant) the mean and between-seed SD of the target change.
 Resumable: every finished (card, variant, seed) is kept in OUT/<card>/<variant>-s<seed>.<split>.json;
 a run already trained is served by the run cache when it is scored on another split.
@@ -29,7 +29,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,24 @@ def with_lr(card: Any, lr: float) -> Any:
     return CandidateCard.model_validate(body)
 
 
+def _kept(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`compute()`, kept at `path` (written whole, renamed into place) and read from there next time."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(compute(), indent=1, sort_keys=True))
+        path.with_suffix(".tmp").replace(path)
+    return json.loads(path.read_text())
+
+
+def _row(name: str, variant: str, seed: int, r: dict[str, Any], base: dict[str, float]) -> str:
+    f = r["filter"]
+    share = f"{f['informative']}/{f['candidates']}" if f else "-"
+    reward = "n/a" if r["reward_early"] is None else f"{r['reward_early']:.3f} -> {r['reward_late']:.3f}"
+    silent = "n/a" if r["no_signal"] is None else f"{100 * r['no_signal']:.0f} %"
+    return (f"| {name} | {variant} | {seed} | {share} | {reward} | {silent} | {r['scores']['target'] - base['target']:+.2f} "
+            f"| {r['scores']['prompt_strict'] - base['prompt_strict']:+.2f} | {r['rows_s']:.0f} + {r['train_s']:.0f} |")
+
+
 def summary(rows: Sequence[dict[str, Any]], base: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Per (card, variant): seeds, mean and between-seed SD of the target change against the base."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -110,10 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         world = ensure_world(args.size, world_seed=args.world_seed)
         ports = WorldPorts(world)
         ports.runner = CardRunner(world, threads=args.threads)
-        cards = [card_by_id(world, c) for c in args.cards]
-        if args.lr is not None:
-            cards = [with_lr(c, args.lr) for c in cards]
-        labels = {id(c): c.id if args.lr is None else f"{c.id}@lr{args.lr:g}" for c in cards}
+        cards = [(c, card_by_id(world, c)) if args.lr is None else (f"{c}@lr{args.lr:g}", with_lr(card_by_id(world, c), args.lr))
+                 for c in args.cards]
     except KeyError as e:
         print(f"error: no card {e} in the catalogue: pass card ids such as G05", file=sys.stderr)
         return 2
@@ -125,31 +141,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| card | variant | seed | informative / candidates | reward, first -> last quarter | groups with no signal "
           "| target pp vs base | IFEval prompt pp vs base | rows + train s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for card in cards:
+    for name, card in cards:
         path = args.out / "base" / f"{card.family}.{args.split}.json"
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(ports.evaluate(world.base_dir, card.family, args.split, str(path.with_suffix("")))))
-        name = labels[id(card)]
-        base[name] = json.loads(path.read_text())
+        base[name] = _kept(path, lambda: ports.evaluate(world.base_dir, card.family, args.split, str(path.with_suffix(""))))
         for seed in args.seeds:
             for variant in VARIANTS if card.method == "grpo" else VARIANTS[:1]:
-                done = args.out / name / f"{variant}-s{seed}.{args.split}.json"
-                if not done.is_file():
-                    r = _run(ports, card, variant, seed, args.out / name / f"{variant}-s{seed}", args.split) | {"card": name}
-                    done.parent.mkdir(parents=True, exist_ok=True)
-                    done.with_suffix(".tmp").write_text(json.dumps(r, indent=1, sort_keys=True))
-                    done.with_suffix(".tmp").replace(done)
-                r = json.loads(done.read_text())
+                run = args.out / name / f"{variant}-s{seed}"
+                r = _kept(run.with_name(f"{run.name}.{args.split}.json"),
+                          lambda: _run(ports, card, variant, seed, run, args.split) | {"card": name})
                 rows.append(r)
-                f = r["filter"]
-                share = f"{f['informative']}/{f['candidates']}" if f else "-"
-                reward = ("n/a" if r["reward_early"] is None else f"{r['reward_early']:.3f} -> {r['reward_late']:.3f}")
-                silent = "n/a" if r["no_signal"] is None else f"{100 * r['no_signal']:.0f} %"
-                print(f"| {name} | {variant} | {seed} | {share} | {reward} | {silent} "
-                      f"| {r['scores']['target'] - base[name]['target']:+.2f} "
-                      f"| {r['scores']['prompt_strict'] - base[name]['prompt_strict']:+.2f} "
-                      f"| {r['rows_s']:.0f} + {r['train_s']:.0f} |", flush=True)
+                print(_row(name, variant, seed, r, base[name]), flush=True)
     print()
     print("| card | variant | seeds | target change, mean pp | between-seed SD pp |")
     print("|---|---|---|---|---|")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -30,18 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experience_bank.errors import BadInput  # noqa: E402
+from trainers.run import reward_signal  # noqa: E402
 
 
 def signal(log_history: Sequence[dict[str, Any]]) -> dict[str, float] | None:
-    """One run's reward and signal from TRL's log history (None: not a GRPO run)."""
+    """One run's reward and signal from TRL's log history (None: not a GRPO run), by thirds of its
+    logged steps (trainers.run.reward_signal, which a run's own result reads by quarters)."""
     steps = [x for x in log_history if "reward" in x and "frac_reward_zero_std" in x]
     if not steps:
         return None
-    third = max(1, len(steps) // 3)
+    s = reward_signal(steps, parts=3)
     return {"steps": float(len(steps)), "reward": statistics.fmean(x["reward"] for x in steps),
-            "no_signal": statistics.fmean(x["frac_reward_zero_std"] for x in steps),
-            "reward_first": statistics.fmean(x["reward"] for x in steps[:third]),
-            "reward_last": statistics.fmean(x["reward"] for x in steps[-third:])}
+            "no_signal": s.get("no_signal", math.nan), "reward_first": s["reward_early"], "reward_last": s["reward_late"]}
 
 
 def runs(cache: Path) -> Iterable[tuple[str, str, dict[str, float]]]:

@@ -43,6 +43,7 @@ from experience_bank.errors import BadInput  # noqa: E402
 from policies import outcomes  # noqa: E402
 from agent.experiments import retro_mix  # noqa: E402
 from agent.experiments.retro_cells import CLASS_METRICS, full_values, interval_class  # noqa: E402
+from policies.stats import pooled_sd  # noqa: E402
 
 RULES = ("group", "own")
 NEUTRAL = {"95 %": 0.95, "TOST 5 %": 0.90}
@@ -50,8 +51,8 @@ NEUTRAL = {"95 %": 0.95, "TOST 5 %": 0.90}
 
 
 def moments(cells: Sequence[dict[str, Any]], rule: str) -> list[dict[str, tuple[float, float, int]]]:
-    """Per cell and class metric: (mean, spread s, cells sharing s) under `rule`; s pooled as
-    policies.stats.pooled_sd pools it (equal seeds per cell: the mean of the variances)."""
+    """Per cell and class metric: (mean, spread s, cells sharing s) under `rule`; the group's s is
+    policies.stats.pooled_sd's, as the table's class rule pools it."""
     if rule not in RULES:
         raise BadInput(f"unknown pooling rule {rule!r}: use one of {', '.join(RULES)}")
     groups: dict[tuple[str, str], list[int]] = {}
@@ -62,11 +63,11 @@ def moments(cells: Sequence[dict[str, Any]], rule: str) -> list[dict[str, tuple[
     out: list[dict[str, tuple[float, float, int]]] = [{} for _ in cells]
     for members in groups.values():
         for m in CLASS_METRICS:
-            var = {i: statistics.variance(full_values(cells[i], m)) for i in members}
-            pooled = statistics.fmean(var.values())
-            for i in members:
-                s, n = (math.sqrt(pooled), len(members)) if rule == "group" else (math.sqrt(var[i]), 1)
-                out[i][m] = (statistics.fmean(full_values(cells[i], m)), s, n)
+            values = {i: full_values(cells[i], m) for i in members}
+            group = pooled_sd(list(values.values()))[0]
+            for i, x in values.items():
+                s, n = (group, len(members)) if rule == "group" else (statistics.stdev(x), 1)
+                out[i][m] = (statistics.fmean(x), s, n)
     return out
 
 

@@ -93,16 +93,22 @@ def _decode_batch(net, enc, stop: list[int], pad: int, max_new_tokens: int) -> l
         live = [live[j] for j in keep.tolist()]
 
 
-def _transformers(model, prompts: list[Messages], batch_size: int, max_new_tokens: int, seed: int) -> list[str]:
-    import torch
+def _encode(model, prompts: list[Messages]):
+    """(net, tokenizer, token ids of each prompt rendered by the model's chat template)."""
     from evaluators import models
 
     net, tok = models.load(model) if isinstance(model, (str, os.PathLike)) else model
-    torch.manual_seed(seed)
     texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
-    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    return net, tok, tok(texts, add_special_tokens=False)["input_ids"]
+
+
+def _transformers(model, prompts: list[Messages], batch_size: int, max_new_tokens: int, seed: int) -> list[str]:
+    import torch
+
+    net, tok, ids = _encode(model, prompts)
+    torch.manual_seed(seed)
     stop = stop_ids(net, tok)
-    out: list[str] = [""] * len(texts)
+    out: list[str] = [""] * len(ids)
     for idx in length_batches([len(x) for x in ids], batch_size):
         enc = tok.pad({"input_ids": [ids[i] for i in idx]}, padding=True, return_tensors="pt").to(net.device)
         with torch.no_grad():  # use_cache: a checkpoint saved by a trainer may carry use_cache=False
@@ -148,11 +154,8 @@ def sample(model, prompts: list[Messages], *, k: int, temperature: float, max_ne
     if not prompts:
         return []
     import torch
-    from evaluators import models
 
-    net, tok = models.load(model) if isinstance(model, (str, os.PathLike)) else model
-    texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
-    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    net, tok, ids = _encode(model, prompts)
     stop, out = stop_ids(net, tok), [[] for _ in prompts]
     per_call = max(1, batch_size // k)  # prompts per generate() call: batch_size rows of k samples each
     torch.manual_seed(seed)

@@ -34,7 +34,7 @@ def test_runs_and_table_read_the_cache_layout(tmp_path, capsys):
 
 
 def test_a_grpo_runs_result_says_whether_its_reward_rose():
-    from trainers.run import _grpo_signal
+    from trainers.run import reward_signal as _grpo_signal
 
     steps = [{"step": i + 1, "reward": 0.2 * i, "frac_reward_zero_std": 0.5 if i < 4 else 0.25} for i in range(8)]
     # quarters of 8 logged steps: (0, 0.2) -> 0.1 and (1.2, 1.4) -> 1.3; no signal (4 x 0.5 + 4 x 0.25) / 8

@@ -208,7 +208,7 @@ def _final_log(history: list[dict], method: str, resumed_step: int, prefix: int)
             log[key] = values[-1]
             if key in ("loss", "reward"):
                 log[f"{key}_first"] = values[0]
-    log.update(_grpo_signal(steps) if method == "grpo" else {})
+    log.update(reward_signal(steps) if method == "grpo" else {})
     tokens = [float(h["num_tokens"]) for h in history if "num_tokens" in h]
     # GRPO counts tokens in the restored TrainerState (cumulative); SFT restarts at 0 on resume.
     prefix = [float(h["num_tokens"]) for h in history if "num_tokens" in h and h.get("step", 0) <= resumed_step]
@@ -216,15 +216,16 @@ def _final_log(history: list[dict], method: str, resumed_step: int, prefix: int)
     return log, int(tokens[-1] - offset) if tokens else 0
 
 
-def _grpo_signal(steps: list[dict]) -> dict[str, float]:
-    """Whether a GRPO run learnt from its reward: the mean reward of its first and last quarter of
-    logged steps, and the mean share of groups whose rewards were all equal (no gradient;
-    bench/grpo_signal.py, agent/world/examples.informative_examples)."""
+def reward_signal(steps: list[dict], parts: int = 4) -> dict[str, float]:
+    """Whether a GRPO run learnt from its reward: the mean reward over the first and the last
+    1/parts of its logged steps, and the mean share of groups whose rewards were all equal (no
+    gradient; bench/grpo_signal.py reads trials' logs with it, agent/world/examples.
+    informative_examples is the cure)."""
     rewards = [float(h["reward"]) for h in steps if "reward" in h and math.isfinite(float(h["reward"]))]
     silent = [float(h["frac_reward_zero_std"]) for h in steps if "frac_reward_zero_std" in h]
     out: dict[str, float] = {}
     if rewards:
-        q = max(1, len(rewards) // 4)
+        q = max(1, len(rewards) // parts)
         out |= {"reward_early": math.fsum(rewards[:q]) / q, "reward_late": math.fsum(rewards[-q:]) / q}
     if silent and all(math.isfinite(v) for v in silent):
         out["no_signal"] = math.fsum(silent) / len(silent)
