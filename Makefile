@@ -49,9 +49,10 @@ test-cpu-proof: $(STAMP)
 # also kept in docs/results/retrospective-$(MEASUREMENT)-w<N>/ (small JSON), so a commit of it resumes
 # the measurement on another machine without running those seeds (or the seed bank) again.
 # MEASUREMENT names the published results' version: v5 = the v4 worlds and catalogue with the
-# controls on the catalogue's reference recipe and full runs read on 1,000 items.
+# controls on the catalogue's reference recipe and full runs read on 1,000 items; v6 = catalogue v6
+# (GRPO at a tenth of SFT's rate, on prompts whose sampled group's rewards differ; docs/results/worlds-v6.md).
 comma := ,
-MEASUREMENT ?= v5
+MEASUREMENT ?= v6
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
 RESULTS_DIR ?= docs/results

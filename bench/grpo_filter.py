@@ -47,9 +47,10 @@ def _run(ports: Any, card: Any, variant: str, seed: int, out: Path, split: str) 
     from agent.world.examples import card_rewards, informative_examples, parent_sampler
 
     world, base = ports.world, ports.world.base_dir
+    card = with_filter(card, variant == "informative")
     start = time.perf_counter()
     filt: dict[str, int] = {}
-    if variant == "informative":
+    if card.data.prompt_filter is not None:
         sampler = parent_sampler(base, max_new_tokens=card.hparams.max_completion_length or 64, seed=seed)
         rows, filt = informative_examples(card, world, seed, sampler)
     else:
@@ -71,6 +72,18 @@ def with_lr(card: Any, lr: float) -> Any:
 
     body = card.model_dump()
     body["hparams"]["learning_rate"] = lr
+    return CandidateCard.model_validate(body)
+
+
+def with_filter(card: Any, on: bool) -> Any:
+    """The card with the prompt filter on or off (a GRPO card; an SFT card is returned as it is).
+    Catalogue v6's GRPO cards ask for it, so "as-is" (v4/v5's rows) is the card with it off."""
+    from experience_bank.records import CandidateCard
+
+    if card.method != "grpo":
+        return card
+    body = card.model_dump()
+    body["data"]["prompt_filter"] = "reward_spread" if on else None
     return CandidateCard.model_validate(body)
 
 

@@ -21,6 +21,7 @@ Nu = Literal["continue", "restart", "none"]
 Grade = Literal["A", "B", "C"]
 Action = Literal["reject", "validate", "train"]
 Role = Literal["candidate", "control"]
+PromptFilter = Literal["reward_spread"]
 Reward = Literal["execution", "ast_match", "numeric_match", "format", "placebo"]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")]
@@ -36,6 +37,19 @@ class Frozen(BaseModel):
 
 
 # --- the atomic update i ----------------------------------------------------------------
+
+
+def omit_empty(*fields: str):
+    """A wrap serializer that drops each of `fields` where it is empty, so a record written before
+    the field existed keeps its bytes and hash."""
+    def omit(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for field in fields:
+                if not data.get(field):
+                    data.pop(field, None)
+        return data
+    return omit
 
 
 class DatasetRef(Frozen):
@@ -61,6 +75,12 @@ class DataRecipe(Frozen):
     """rho: share of Task-Bank Self-Replay examples mixed in (docs/GATE.md §3); 0 = none."""
     replay_entries: tuple[Ident, ...] = ()
     """Task-bank entries the frozen parent generates replay examples for."""
+    prompt_filter: PromptFilter | None = None
+    """`reward_spread`: a GRPO card's rows are kept to prompts whose group, sampled from the frozen
+    parent, gets rewards that differ (agent/world/examples.informative_examples: DAPO's dynamic
+    sampling, offline). Written only when set, so a recipe's JSON and hash are those it had before."""
+
+    _omit_unset_filter = model_serializer(mode="wrap")(omit_empty("prompt_filter"))
 
     @model_validator(mode="after")
     def _weights_sum_to_one(self) -> "DataRecipe":
@@ -160,23 +180,12 @@ class CandidateCard(Frozen):
             raise ValueError("a grpo card needs num_generations, max_completion_length, beta, temperature and rewards")
         if self.method == "sft" and (any(v is not None for v in grpo_fields) or h.rewards):
             raise ValueError("an sft card takes no grpo hyper-parameters")
+        if self.method == "sft" and self.data.prompt_filter is not None:
+            raise ValueError("prompt_filter keeps prompts by their rewards' spread: it is for grpo cards only")
         return self
 
 
 # --- contexts and applicability --------------------------------------------------------
-
-
-def omit_empty(*fields: str):
-    """A wrap serializer that drops each of `fields` where it is empty, so a record written before
-    the field existed keeps its bytes and hash."""
-    def omit(self, handler):
-        data = handler(self)
-        if isinstance(data, dict):
-            for field in fields:
-                if not data.get(field):
-                    data.pop(field, None)
-        return data
-    return omit
 
 
 class ModelRef(Frozen):

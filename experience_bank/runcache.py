@@ -48,6 +48,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -366,6 +367,19 @@ class RunCache:
             write_atomic(dest / PROVENANCE, canonical_json({"cached": False, "wall_seconds": round(wall, 6), "key": sha}))
             self.stats.misses += 1
             return value
+
+    def value(self, key: dict, compute: Callable[[], T]) -> T:
+        """A JSON value with no files (rows built by sampling a model, say), computed once under
+        `key` and served from the entry's sealed entry.json after."""
+        with tempfile.TemporaryDirectory(dir=self.root / "staging" if (self.root / "staging").is_dir() else None) as tmp:
+            dest = Path(tmp) / "value"
+
+            def make() -> T:
+                out = compute()
+                dest.mkdir()
+                return out
+            return self.run(key, dest, make, dump=lambda v: json.dumps(v, sort_keys=True),
+                            load=lambda text, _dest: json.loads(text))
 
     @staticmethod
     def _touch(entry: Entry) -> None:

@@ -79,7 +79,7 @@ def test_sample_draws_k_seeded_completions_per_prompt(tmp_path):
 
 
 def test_the_pilots_summary_and_learning_rate_variant():
-    from bench.grpo_filter import summary, with_lr
+    from bench.grpo_filter import summary, with_filter, with_lr
     from agent.world.catalogue import card_by_id
     from agent.world.embedded import ensure_world
 
@@ -90,7 +90,50 @@ def test_the_pilots_summary_and_learning_rate_variant():
     assert out[0] == {"card": "G05", "variant": "as-is", "seeds": 2, "mean": 0.0, "sd": pytest.approx(2.828427)}
     assert out[1] == {"card": "G05", "variant": "informative", "seeds": 1, "mean": 5.0, "sd": None}
     card = card_by_id(ensure_world("test", threads=1), "G05")
-    slow = with_lr(card, 1e-5)
-    assert slow.hparams.learning_rate == 1e-5 and slow.data == card.data and card.hparams.learning_rate == 1e-4
+    fast = with_lr(card, 1e-4)
+    assert fast.hparams.learning_rate == 1e-4 and fast.data == card.data and card.hparams.learning_rate == 1e-5
+    off, on = with_filter(card, False), with_filter(card, True)
+    assert (off.data.prompt_filter, on.data.prompt_filter, card.data.prompt_filter) == (None, "reward_spread", "reward_spread")
+    assert off.content_hash() != on.content_hash() == card.content_hash() and off.hparams == card.hparams
     with pytest.raises(ValueError):
         with_lr(card, 1.0)  # above the record's bound (1e-2): refused as any card is
+
+
+def test_a_filtered_card_is_grpo_only_and_an_unfiltered_recipe_keeps_its_bytes():
+    from agent.world.catalogue import card_by_id
+    from agent.world.embedded import ensure_world
+    from experience_bank.records import CandidateCard
+
+    world = ensure_world("test", threads=1)
+    grpo, sft = card_by_id(world, "G09"), card_by_id(world, "S09")
+    assert grpo.data.prompt_filter == "reward_spread" and sft.data.prompt_filter is None
+    assert "prompt_filter" not in sft.model_dump(mode="json")["data"]  # written only when set: old hashes hold
+    body = sft.model_dump()
+    body["data"]["prompt_filter"] = "reward_spread"
+    with pytest.raises(ValueError, match="for grpo cards only"):
+        CandidateCard.model_validate(body)
+
+
+def test_the_runner_samples_a_filtered_cards_rows_from_its_parent_once(tmp_path):
+    """The real path a loop, a seed bank and a retrospective take (CardRunner.examples): the parent
+    samples each candidate prompt's group, the card's reward keeps the rows, and the run cache
+    serves the same rows the second time without sampling again."""
+    from agent.world.catalogue import card_by_id
+    from agent.world.controls import control_card
+    from agent.world.embedded import ensure_world
+    from agent.world.examples import card_examples
+    from agent.world.runner import CardRunner
+    from experience_bank.runcache import RunCache
+
+    world = ensure_world("test", threads=1)
+    card = card_by_id(world, "G05")
+    cache = RunCache(tmp_path / "runs")
+    runner = CardRunner(world, cache=cache, threads=1)
+    rows = runner.examples(card, str(world.base_dir), 0)
+    assert len(rows) == card.data.n_examples and cache.stats.misses == 1
+    again = runner.examples(card, str(world.base_dir), 0)
+    assert json.dumps(again, sort_keys=True) == json.dumps(rows, sort_keys=True) and cache.stats.hits == 1
+    with pytest.raises(BadInput, match="parent's sampler"):
+        card_examples(card, world, 0)
+    ctrl = control_card(card, world)  # the placebo control trains unfiltered at the reference rate
+    assert ctrl.data.prompt_filter is None and ctrl.hparams.learning_rate == card.hparams.learning_rate == 1e-5

@@ -32,10 +32,11 @@ from experience_bank.records import Features
 from experience_bank.runcache import source_version
 
 CELL_CODE = ("trainers", "evaluators", "experience_bank/results.py", "agent/experiments/retro_run.py",
-             "agent/world/runner.py", "agent/world/controls.py", "agent/world/catalogue.py")
+             "agent/world/runner.py", "agent/world/controls.py", "agent/world/catalogue.py", "agent/world/examples.py")
 """The code one seed of one cell runs: the trainers, the evaluators and their result records, the
-module that runs a cell, and the world's runner, its controls and the catalogue that owns the
-controls' reference recipe (catalogue.reference_recipe). Not experience_bank/records.py,
+module that runs a cell, and the world's runner, its controls, the catalogue that owns the
+controls' reference recipe (catalogue.reference_recipe) and the module that builds a card's rows
+(agent/world/examples.py: its mix, self-replay and, from catalogue v6, the GRPO prompt filter). Not experience_bank/records.py,
 which a run's cache key also hashes: the cards it defines enter through the catalogue's hash,
 and its other records (events, bank records) do not touch a run, so a change to them must not
 make a committed measurement count as another."""

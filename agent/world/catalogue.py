@@ -50,6 +50,15 @@ SFT_BATCH, GRPO_GENERATIONS = 16, 8
 # - GRPO with TRL's default 8 generations (v3: 4) and 64 steps (v3: 32): v3's GRPO runs moved
 #   their targets by one to four items, within the noise.
 SFT_LR, LORA_SFT_LR, GRPO_STEPS = 1e-4, 1e-3, 64
+# Catalogue v6 (issue 26; docs/results/grpo-filter-v6-pilot.md, worlds-v6.md), chosen before any v6 outcome:
+# - GRPO at a tenth of its adapter kind's SFT rate (full 1e-5, LoRA 1e-4), the field's RL-to-SFT ratio
+#   (a tenth to a twentieth): at v4's 1e-4 the finance GRPO cards lost their own target on both pilot
+#   seeds (G01 -2.2 pp) with two thirds of their groups silent. The aggressive card (G03) keeps its rate.
+# - Every GRPO card trains on prompts whose group, sampled from the frozen parent, gets rewards that
+#   differ (DAPO's dynamic sampling, offline: PROMPT_FILTER). v5's GRPO runs saw 30-94 % of their groups
+#   with equal rewards, i.e. no gradient; the filter halved that in the pilot.
+GRPO_LR, LORA_GRPO_LR = SFT_LR / 10, LORA_SFT_LR / 10
+PROMPT_FILTER = "reward_spread"
 COMPLETION_TOKENS = {"finance": 24, "sql": 64, "function": 64}
 
 # --- the frozen table ---------------------------------------------------------------------
@@ -68,14 +77,14 @@ _SPEC: tuple[tuple, ...] = (
     ("S04", "finance", "sft", "LoRA r=8 finance SFT", {"finance/target/train": 1.0},
      dict(lr=LORA_SFT_LR, steps=120, gpuh=2.0, nu="restart", lora=8, stage_max=1)),
     ("G01", "finance", "grpo", "Numeric-match GRPO on TAT-QA-style questions", {"finance/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("numeric_match",), beta=0.0, temp=1.0)),
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("numeric_match",), beta=0.0, temp=1.0)),
     ("G02", "finance", "grpo", "Numeric-match + format GRPO", {"finance/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("numeric_match", "format"), beta=0.04, temp=1.0,
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("numeric_match", "format"), beta=0.04, temp=1.0,
           template=True)),
     ("G03", "finance", "grpo", "Aggressive numeric-match GRPO (long warm-up, no KL)", {"finance/target/train": 1.0},
      dict(lr=5e-4, steps=GRPO_STEPS, gpuh=5.5, nu="none", rewards=("numeric_match",), beta=0.0, temp=1.2, warmup=0.3)),
     ("G04", "finance", "grpo", "Format-only GRPO, LoRA r=16", {"finance/target/train": 1.0},
-     dict(lr=5e-4, steps=GRPO_STEPS, gpuh=3.0, nu="restart", rewards=("format",), beta=0.0, temp=1.0, lora=16,
+     dict(lr=LORA_GRPO_LR, steps=GRPO_STEPS, gpuh=3.0, nu="restart", rewards=("format",), beta=0.0, temp=1.0, lora=16,
           stage_max=0, template=True)),
     # sql: Spider-like -> BIRD-like
     ("S05", "sql", "sft", "Standard BIRD-style SFT", {"sql/target/train": 1.0},
@@ -87,14 +96,14 @@ _SPEC: tuple[tuple, ...] = (
     ("S08", "sql", "sft", "LoRA r=16 SQL SFT with self-replay", {"sql/target/train": 1.0},
      dict(lr=LORA_SFT_LR, steps=120, gpuh=2.5, nu="restart", lora=16, replay=0.2)),
     ("G05", "sql", "grpo", "Execution-reward GRPO", {"sql/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.04, temp=1.0)),
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.04, temp=1.0)),
     ("G06", "sql", "grpo", "Execution + format GRPO", {"sql/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution", "format"), beta=0.04, temp=1.0,
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution", "format"), beta=0.04, temp=1.0,
           template=True)),
     ("G07", "sql", "grpo", "Execution-reward GRPO on evidence prompts", {"sql/target-evidence/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.0, temp=1.0)),
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.0, temp=1.0)),
     ("G08", "sql", "grpo", "Hot-sampling execution GRPO, LoRA r=16", {"sql/target/train": 1.0},
-     dict(lr=5e-4, steps=GRPO_STEPS, gpuh=4.0, nu="restart", rewards=("execution",), beta=0.0, temp=1.3, lora=16)),
+     dict(lr=LORA_GRPO_LR, steps=GRPO_STEPS, gpuh=4.0, nu="restart", rewards=("execution",), beta=0.0, temp=1.3, lora=16)),
     # function calling: xLAM-like -> BFCL-like
     ("S09", "function", "sft", "Standard BFCL-style function-call SFT", {"function/target/train": 1.0},
      dict(lr=SFT_LR, steps=120, gpuh=3.0, nu="continue")),
@@ -105,14 +114,14 @@ _SPEC: tuple[tuple, ...] = (
     ("S12", "function", "sft", "Aggressive-LR function-call SFT (long warm-up)", {"function/target/train": 1.0},
      dict(lr=3e-3, steps=120, gpuh=3.0, nu="none", warmup=0.3, sched="constant", stage_max=0)),
     ("G09", "function", "grpo", "AST-match GRPO", {"function/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("ast_match",), beta=0.04, temp=1.0)),
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("ast_match",), beta=0.04, temp=1.0)),
     ("G10", "function", "grpo", "AST-match + format GRPO", {"function/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("ast_match", "format"), beta=0.04, temp=1.0,
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=5.0, nu="continue", rewards=("ast_match", "format"), beta=0.04, temp=1.0,
           template=True)),
     ("G11", "function", "grpo", "Format-only GRPO (JSON validity)", {"function/target/train": 1.0},
-     dict(lr=1e-4, steps=GRPO_STEPS, gpuh=4.0, nu="continue", rewards=("format",), beta=0.0, temp=1.0, template=True)),
+     dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=4.0, nu="continue", rewards=("format",), beta=0.0, temp=1.0, template=True)),
     ("G12", "function", "grpo", "AST-match GRPO on random samples, LoRA r=8", {"function/target-random/train": 1.0},
-     dict(lr=5e-4, steps=GRPO_STEPS, gpuh=3.5, nu="restart", rewards=("ast_match",), beta=0.0, temp=1.0, lora=8)),
+     dict(lr=LORA_GRPO_LR, steps=GRPO_STEPS, gpuh=3.5, nu="restart", rewards=("ast_match",), beta=0.0, temp=1.0, lora=8)),
 )
 
 
@@ -132,7 +141,7 @@ def reference_recipe(method: str) -> dict:
 
 def catalogue_sha256() -> str:
     """Hash of the frozen table (independent of any world's dataset hashes)."""
-    constants = {"version": 4, "step_scale": STEP_SCALE, "protocols": OUTPUT_PROTOCOL, "lora_targets": LORA_TARGETS,
+    constants = {"version": 6, "prompt_filter": PROMPT_FILTER, "step_scale": STEP_SCALE, "protocols": OUTPUT_PROTOCOL, "lora_targets": LORA_TARGETS,
                  "replay": REPLAY_ENTRIES, "sft_batch": SFT_BATCH, "generations": GRPO_GENERATIONS,
                  "completion_tokens": COMPLETION_TOKENS}
     return content_hash({"table": [list(row) for row in _SPEC], "constants": constants})
@@ -177,6 +186,7 @@ def _card(row: tuple, world: "World") -> CandidateCard:
         mix=tuple(DataMix(dataset=_dataset(world, ds), weight=w) for ds, w in mix.items()),
         n_examples=steps * (batch // GRPO_GENERATIONS if grpo else batch),
         replay_share=replay, replay_entries=REPLAY_ENTRIES if replay else (),
+        prompt_filter=PROMPT_FILTER if grpo else None,
     )
     hp = HyperParams(
         learning_rate=k["lr"], batch_size=batch, lr_scheduler=k.get("sched", "cosine"),

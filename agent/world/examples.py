@@ -5,9 +5,10 @@ see the same data for the same (card, seed), so this is the one place that resol
 card's dataset ids to the world's pools (evaluators.tasks), mixes in self-replay generated
 by the frozen parent (docs/GATE.md §3), and picks the GRPO reward functions.
 
-`informative_examples` keeps a GRPO card's rows to the prompts that give it a gradient. No card's
-recipe asks for it yet: bench/grpo_filter.py measures what it does first (docs/results/
-grpo-filter-v6-pilot.md), and a card can ask for it only once that is frozen in a catalogue.
+`informative_examples` keeps a GRPO card's rows to the prompts that give it a gradient, for a
+card whose recipe asks for it (`data.prompt_filter`; catalogue v6: docs/results/grpo-filter-v6-pilot.md
+says why). It samples from the frozen parent, so it is given the parent's sampler like replay's
+generator.
 """
 
 from __future__ import annotations
@@ -34,14 +35,19 @@ Sample = Callable[[list, int, float], "list[list[str]]"]
 
 
 def card_examples(card: CandidateCard, world: "WorldData | int", seed: int, *,
-                  generate: Callable[[list], list[str]] | None = None) -> list[dict]:
+                  generate: Callable[[list], list[str]] | None = None, sample: Sample | None = None) -> list[dict]:
     """The card's mix sampled from the world's pools, plus replay rows the parent generates.
 
     `world`: any agent.world.interface.WorldData, or an int, the seed of the embedded world's
-    generated tasks (`agent train --world-seed`). `generate(prompts) -> completions` must be
-    the frozen pre-update parent; it is only called when the recipe asks for replay.
+    generated tasks (`agent train --world-seed`). `generate(prompts) -> completions` and
+    `sample` (see `Sample`) must be the frozen pre-update parent; they are only called when the
+    recipe asks for replay or for a prompt filter.
     """
-
+    if card.data.prompt_filter is not None:
+        if sample is None:
+            raise BadInput(f"card {card.id} keeps prompts by their rewards' spread under its parent: "
+                           "its rows need the parent's sampler (agent.world.examples.parent_sampler)")
+        return informative_examples(card, world, seed, sample)[0]
     data = EmbeddedTasks(world) if isinstance(world, int) else world
     make = data.sft_examples if card.method == "sft" else data.grpo_examples
     pools = {m.dataset.id: make(m.dataset.id) for m in card.data.mix}
@@ -71,6 +77,32 @@ def parent_sampler(parent_dir: str, *, max_new_tokens: int, batch_size: int = 32
         return sample(parent_dir, prompts, k=k, temperature=temperature, max_new_tokens=max_new_tokens,
                       batch_size=batch_size, seed=seed)
     return draw
+
+
+FILTER_CODE = ("agent/world/examples.py", "trainers/data.py", "evaluators")
+"""The code a prompt filter's rows depend on (its run-cache key): rows, sampling and rewards."""
+
+
+def filtered_examples(card: CandidateCard, world: "WorldData", seed: int, parent_dir: str, *,
+                      batch_size: int = 32, cache=None) -> list[dict]:
+    """`card_examples` of a prompt-filtered card, sampled from the parent at `parent_dir`, through
+    the run cache: the filter samples k completions of twice the card's prompts (a minute on the
+    default world), so the loop, the seed bank and the retrospective sample a (card, parent, seed)
+    once, and a served run is not preceded by its sampling."""
+    sample = parent_sampler(parent_dir, max_new_tokens=card.hparams.max_completion_length or REPLAY_NEW_TOKENS,
+                            batch_size=batch_size, seed=seed)
+    rows = lambda: card_examples(card, world, seed, sample=sample)  # noqa: E731
+    if cache is None:
+        return rows()
+    import torch  # noqa: PLC0415
+    from experience_bank.runcache import source_version  # noqa: PLC0415
+    from trainers.checkpoint import model_identity  # noqa: PLC0415
+    from trainers.run import libraries  # noqa: PLC0415
+
+    key = {"kind": "prompt-filter", "card": card.content_hash(), "parent": model_identity(parent_dir), "seed": seed,
+           "batch": batch_size, "threads": torch.get_num_threads(), "code": source_version(FILTER_CODE),
+           "libraries": libraries()}
+    return cache.value(key, rows)
 
 
 def informative_examples(card: CandidateCard, world: "WorldData | int", seed: int,

@@ -24,7 +24,7 @@ from trainers.checkpoint import adapter_of
 
 from agent.config import eval_sizes
 from agent.world.controls import control_examples, is_control
-from agent.world.examples import card_examples, card_rewards, parent_generator
+from agent.world.examples import card_examples, card_rewards, filtered_examples, parent_generator
 from agent.world.interface import WorldData
 
 
@@ -51,11 +51,13 @@ class CardRunner:
 
     def examples(self, card: CandidateCard, parent_dir: str, seed: int) -> list[dict]:
         """The card's training rows from this parent (a matched control's rows for a control card)."""
-        generate = parent_generator(parent_dir, backend=self.backend, batch_size=self._batch(self.replay_batch_size),
-                                    seed=seed)
+        batch = self._batch(self.replay_batch_size)
+        generate = parent_generator(parent_dir, backend=self.backend, batch_size=batch, seed=seed)
         if is_control(card):
             return control_examples(card, self.world, seed, generate)
-        return card_examples(card, self.world, seed, generate=generate)
+        if card.data.prompt_filter is None:
+            return card_examples(card, self.world, seed, generate=generate)
+        return filtered_examples(card, self.world, seed, parent_dir, batch_size=batch, cache=self.cache)
 
     def train(self, card: CandidateCard, parent_dir: str, *, out_dir: str, run_key: str, seed: int,
               fraction: float = 1.0, resume_from: str | None = None,
