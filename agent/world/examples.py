@@ -20,7 +20,8 @@ from experience_bank.records import CandidateCard
 from agent.world.store import EmbeddedTasks
 from evaluators import served
 from evaluators.generate import generate, sample
-from trainers.checkpoint import adapter_of
+from experience_bank.runcache import source_version
+from trainers.checkpoint import adapter_of, model_identity
 from trainers.data import build_examples, group_rewards, informative, keep_informative, sample_recipe
 
 if TYPE_CHECKING:
@@ -95,8 +96,6 @@ def filtered_examples(card: CandidateCard, world: "WorldData", seed: int, parent
     if cache is None:
         return rows()
     import torch  # noqa: PLC0415
-    from experience_bank.runcache import source_version  # noqa: PLC0415
-    from trainers.checkpoint import model_identity  # noqa: PLC0415
     from trainers.run import libraries  # noqa: PLC0415
 
     key = {"kind": "prompt-filter", "card": card.content_hash(), "parent": model_identity(parent_dir), "seed": seed,
