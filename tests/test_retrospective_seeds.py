@@ -237,3 +237,24 @@ def test_seeds_must_be_positive_and_distinct(tmp_path, capsys):
 
     assert main(["retrospective", "--execute", "--seeds", "0", "--out", str(tmp_path / "r")]) == 2
     assert "--seeds" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_first_runs_the_named_cells_seeds_first_and_leaves_the_table_as_it_was(tmp_path):
+    base, feats = tmp_path / "base", {c.id: _features(c.id) for c in CARDS}
+    base.mkdir()
+    (base / "scores.json").write_text(json.dumps({"target": 30.0, "prompt_strict": 70.0, "inst_strict": 80.0}))
+    tables = {}
+    for name, first in (("plain", ()), ("grpo-first", ("G1", "U1"))):
+        ports, out = SeededPorts(), tmp_path / name
+        R.freeze_features(out, [(c.id, feats[c.id]) for c in CARDS])
+        R.run_table(out, CARDS, lambda: ports, str(base), [0, 1], feats, controls=_controls(CARDS),
+                    parent=bf.record().source.parent, first=first)
+        tables[name] = (out / "cells.jsonl").read_text()
+        order = list(dict.fromkeys(c for c, _, _ in ports.trained if not c.startswith("CTRL")))
+        assert order == (["G1", "U1", "B1", "H1", "N1", "H2"] if first else [c.id for c in CARDS])
+    assert tables["plain"] == tables["grpo-first"]  # the same cells, in the catalogue's order
+    assert [c.id for c in R.run_order(CARDS, ("H2",))][:2] == ["H2", "B1"]
+    with pytest.raises(BadInput, match="X9 is not one of"):
+        R.run_order(CARDS, ("G1", "X9"))
+    with pytest.raises(BadInput, match="a repeat"):
+        R.run_order(CARDS, ("G1", "G1"))

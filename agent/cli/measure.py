@@ -56,6 +56,10 @@ def _register_compare(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def _ids(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def register(sub) -> None:
     """Add this module's subcommands to the `agent` parser."""
     _register_gonogo(sub)
@@ -68,6 +72,9 @@ def register(sub) -> None:
     r.add_argument("--size", choices=("test", "default"), default="default", help="world size")
     r.add_argument("--out", default="runs/retrospective", help="output directory (an audit ledger)")
     r.add_argument("--cells", type=int, default=None, help="only the first N catalogue candidates")
+    r.add_argument("--first", type=_ids, default=(), metavar="IDS",
+                   help="comma-separated cell ids whose seeds run before the others' (e.g. G01,G05): what a "
+                        "measurement stopped part-way holds; the table does not depend on it")
     r.add_argument("--seed", type=int, default=0, help="first training seed (default 0)")
     r.add_argument("--seeds", type=int, default=None,
                    help="training seeds per cell, from --seed on (default 3; 1: one run per cell, as before)")
@@ -249,7 +256,7 @@ def cmd_retrospective(args) -> int:
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
         result = retrospective(Path(args.out), size=args.size, world_seed=args.world_seed, n_cells=args.cells,
                                seed=args.seed, seeds=args.seeds, executor=executor,
-                               results=Path(args.results) if args.results else None)
+                               results=Path(args.results) if args.results else None, first=args.first)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1
 

@@ -212,20 +212,35 @@ def cell_resources() -> Resources:
     return task_resources(RunConfig())
 
 
+def run_order(cards: Sequence[Any], first: Sequence[str] = ()) -> list[Any]:
+    """The cells in the order their seeds run: those named in `first` in that order, then the rest
+    in the catalogue's. The table and its classes do not depend on it; what a partial measurement
+    holds does (v6 changed GRPO alone, so its GRPO cells are what to read first)."""
+    ids = [c.id for c in cards]
+    unknown = [f for f in first if f not in ids]
+    if unknown or len(set(first)) != len(first):
+        raise BadInput(f"--first {','.join(first)}: name each of this table's cells at most once "
+                       f"({', '.join(unknown) or 'a repeat'} is not one of {', '.join(ids)})")
+    rank = {cid: i for i, cid in enumerate(first)}
+    return sorted(cards, key=lambda c: (rank.get(c.id, len(rank)), ids.index(c.id)))
+
+
 def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str,
               seeds: Sequence[int], features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
               controls: dict[str, Any], parent: Any, executor: Executor | None = None,
-              results: Path | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+              results: Path | None = None, say: Callable[[str], None] | None = None,
+              first: Sequence[str] = ()) -> dict[str, Any]:
     """Every cell at every seed (finished steps are skipped) through the executor (default: one after
     another in this process), one job per (cell, seed); a cell with a failing seed is recorded as
     failed and the others go on. `make_ports`: builds a cell's CellPorts where it runs; `controls`:
     card id -> its matched control card; `parent`: the ModelRef of parent_dir; `results`: where
     each finished seed is also kept (retro_results); `say`: a progress line before the first job
-    and one as each ends (default: on stderr)."""
+    and one as each ends (default: on stderr); `first`: cell ids whose seeds run before the others
+    (`run_order`)."""
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise BadInput(f"seeds {seeds} must be one or more distinct integers: pass --seeds K >= 1")
-    pairs = [(c, s) for c in cards for s in seeds]
+    pairs = [(c, s) for c in run_order(cards, first) for s in seeds]
     jobs = [Job(cell_job, (make_ports, c, seed_dir(out, c.id, s), parent_dir, s, controls[c.id], parent,
                            out / "controls", results)) for c, s in pairs]
     finished = {i for i, (c, s) in enumerate(pairs) if (seed_dir(out, c.id, s) / "cell.json").is_file()}
@@ -237,10 +252,10 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
             progress.end(f"{pairs[i][0].id} seed {pairs[i][1]}", "done" if o.error is None else f"failed ({o.error[:120]})",
                          ran=True)
 
-    results = (executor or LocalExecutor()).run(jobs, ended)
+    outcomes = dict(zip([(c.id, s) for c, s in pairs], (executor or LocalExecutor()).run(jobs, ended)))
     done, failed, k = [], {}, len(seeds)
-    for i, c in enumerate(cards):
-        mine = results[i * k:(i + 1) * k]
+    for c in cards:
+        mine = [outcomes[(c.id, s)] for s in seeds]
         errors = [o.error if k == 1 else f"seed {s}: {o.error}" for s, o in zip(seeds, mine) if o.error is not None]
         if errors:
             failed[c.id] = "; ".join(errors)[:500]
@@ -300,14 +315,15 @@ def embedded_ports(size: str, world_seed: int = 0) -> WorldPorts:
 def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | None = None, seed: int = 0,
                   seeds: int | None = None,
                   make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
-                  executor: Executor | None = None, results: Path | None = None) -> dict[str, Any]:
+                  executor: Executor | None = None, results: Path | None = None,
+                  first: Sequence[str] = ()) -> dict[str, Any]:
     """Build (or resume) the table: freeze every cell's features, then run the cells through the
     executor (agent.experiments.executor; default: in this process, one after another). `world`:
     any agent.world.interface.WorldData (a local world, which then crosses to Ray workers pickled);
     None: the embedded world of `size`, which each worker builds its own ports for. Seeds `seed`..
     `seed + seeds - 1` train every cell (None: DEFAULT_SEEDS). `results`: a results directory
     (agent/experiments/retro_results.py) whose finished seeds are taken and which keeps every
-    seed finished now."""
+    seed finished now. `first`: cell ids whose seeds run before the others (`run_order`)."""
     seeds = DEFAULT_SEEDS if seeds is None else seeds
     if seeds < 1:
         raise BadInput(f"--seeds {seeds}: a cell needs at least one training seed; pass --seeds 1 or more")
@@ -316,6 +332,7 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
                                 else partial(embedded_ports, size, world_seed))
     world = world if world is not None else ensure_world(size, world_seed=world_seed)
     cards = list(catalogue(world))[:n_cells]
+    run_order(cards, first)  # a bad --first is refused before anything is written
     ledger = {
         "kind": "retrospective", "world": f"{world.size}-{world.recipe_sha256[:12]}", "world_seed": world.seed,
         "base_sha256": world.model.sha256, "seed": seed, "seeds": seed_list,
@@ -333,7 +350,7 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
         retro_results.publish_table(out, results)
     result = run_table(out, cards, make_ports, world.base_dir, seed_list, features, hashes,
                        controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor,
-                       results=results)
+                       results=results, first=first)
 
     write_summary(out)
     if results is not None:
