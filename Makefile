@@ -50,15 +50,19 @@ test-cpu-proof: $(STAMP)
 # the measurement on another machine without running those seeds (or the seed bank) again.
 # MEASUREMENT names the published results' version: v5 = the v4 worlds and catalogue with the
 # controls on the catalogue's reference recipe and full runs read on 1,000 items; v6 = catalogue v6
-# (GRPO at a tenth of SFT's rate, on prompts whose sampled group's rewards differ; docs/results/worlds-v6.md).
+# (GRPO at a tenth of SFT's rate, on prompts whose sampled group's rewards differ; docs/results/worlds-v6.md);
+# v6p = catalogue v6 on worlds built with portable numerics (AGENT_WORLD_NUMERICS=portable,
+# agent/world/portable.py): the same world ids and base weights on every x86-64 CPU with AVX2,
+# so the measurement resumes on whichever kind of machine the next sitting gets.
 comma := ,
-MEASUREMENT ?= v6
+MEASUREMENT ?= v6p
+WORLD_NUMERICS ?= portable
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
 RESULTS_DIR ?= docs/results
 worlds: $(STAMP)
 	for w in $(WORLD_SEEDS); do \
-	  OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
+	  AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
 	    --out $(MEASURE_DIR)/retrospective-$(MEASUREMENT)-w$$w --results $(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$$w \
 	    || exit $$?; \
 	done
@@ -78,7 +82,7 @@ COMPARE_JOBS ?= 2
 # there, compare-v5b on the 2-core AMD EPYC (docs/results/worlds-v5.md).
 COMPARE_NAME ?= compare-$(MEASUREMENT)
 compare-worlds: $(STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
+	AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
 	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/$(COMPARE_NAME) --jobs $(COMPARE_JOBS) \
 	  --results $(RESULTS_DIR)/$(COMPARE_NAME) \
 	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$(w))

@@ -200,15 +200,16 @@ def test_run_table_on_ray_equals_local(ray_session, tmp_path):
 
 def _env_and_dir() -> dict:
     return {"cwd": os.getcwd()} | {k: os.environ.get(k) for k in ("AGENT_NO_CACHE", "AGENT_RUN_CACHE",
-                                                                  "CUDA_VISIBLE_DEVICES")}
+                                                                  "AGENT_WORLD_NUMERICS", "CUDA_VISIBLE_DEVICES")}
 
 
 def test_a_ray_task_gets_the_cache_switches_and_the_callers_directory(ray_session, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_RUN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGENT_WORLD_NUMERICS", "portable")  # the worker loads the caller's world
     monkeypatch.chdir(tmp_path)
     [seen] = RayExecutor(Resources(cpus=2, gpus=0)).run([Job(_env_and_dir)])
     assert seen.value == {"cwd": str(tmp_path), "AGENT_NO_CACHE": "1", "AGENT_RUN_CACHE": str(tmp_path / "cache"),
-                          "CUDA_VISIBLE_DEVICES": ""}  # no GPU granted: none shown
+                          "AGENT_WORLD_NUMERICS": "portable", "CUDA_VISIBLE_DEVICES": ""}  # no GPU granted: none shown
 
 
 def _fail() -> None:

@@ -59,6 +59,11 @@ def test_finished_seeds_move_to_another_machine_and_are_not_run_again(tmp_path):
     assert res["cells_done"] == 2 and len(ports.trained) > 0
     kept = sorted(p.relative_to(results).as_posix() for p in results.rglob("cell.json"))
     assert kept == ["cells/G01/cell.json", "cells/G01/s0/cell.json", "cells/S01/cell.json", "cells/S01/s0/cell.json"]
+    # beside each finished seed, the machine that ran it (this one)
+    from agent.world.embedded import native_env
+    here = native_env()
+    assert json.loads((results / "cells" / "G01" / "s0" / "machine.json").read_text()) == {
+        "cpu": here.cpu, "machine": here.machine, "numerics": here.numerics}
     assert {p.name for p in results.iterdir()} >= {"ledger.json", "features.jsonl", "decisions.jsonl", "outcomes.jsonl"}
 
     # another machine: an empty run directory takes the two seeds and the frozen inputs

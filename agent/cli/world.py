@@ -9,11 +9,12 @@ Examples:
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 
-from agent.progress import bar
-import os
 from agent.config import build_config
+from agent.progress import reporter
 from agent.world.embedded import ensure_world
 from agent.world.factory import seed_cards, world_for
 from experience_bank.errors import BadInput
@@ -53,9 +54,14 @@ def register(sub) -> None:
     seed.set_defaults(func=cmd_seed_bank)
 
 
+def _progress(what: str):
+    """A live bar on a terminal; redirected (a log, nohup), a line per tenth of each phase on stderr."""
+    return reporter(what, False, lambda line: print(line, file=sys.stderr, flush=True))
+
+
 def cmd_build(args) -> int:
     t0 = time.monotonic()
-    with bar(f"world {args.size}") as progress:
+    with _progress(f"world {args.size}") as progress:
         world = ensure_world(args.size, world_seed=args.world_seed, progress=progress, threads=args.threads)
     if args.json:
         print(world.to_json())
@@ -69,24 +75,21 @@ def cmd_build(args) -> int:
 def cmd_seed_bank(args) -> int:
     from agent.world.seed_bank import build_seed_bank  # noqa: PLC0415 (sqlite_utils)
 
-
     if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)
-
         os.environ["AGENT_NO_CACHE"] = "1"
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None
     t0 = time.monotonic()
     if args.config:  # the world the config names (embedded or local: agent.world.interface)
-
         cfg = build_config(args.config, {"world_seed": args.world_seed})
         args.bank, cards = args.bank or cfg.bank, cards or seed_cards(cfg)
-        with bar("world") as progress:
+        with _progress("world") as progress:
             world = world_for(cfg, progress)
     else:
         if args.bank is None:
             raise BadInput("agent world seed-bank needs --bank BANK (or --config CFG naming one)")
-        with bar(f"world {args.size}") as progress:
+        with _progress(f"world {args.size}") as progress:
             world = ensure_world(args.size, world_seed=args.world_seed or 0, progress=progress, threads=args.threads)
-    with bar("seed bank") as progress:
+    with _progress("seed bank") as progress:
         version = build_seed_bank(world, args.bank, progress, cards=cards, threads=args.threads)
     print(json.dumps({"bank": args.bank, "library_version": version, "world": world.recipe_sha256,
                       "world_seed": world.seed,

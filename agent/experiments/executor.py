@@ -39,12 +39,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from experience_bank.errors import BadInput
 
+from agent.world.portable import NUMERICS_VAR
+
 if TYPE_CHECKING:
     from agent.config import RunConfig
 
-FORWARDED_ENV = ("AGENT_CACHE", "AGENT_RUN_CACHE", "AGENT_NO_CACHE")
+FORWARDED_ENV = ("AGENT_CACHE", "AGENT_RUN_CACHE", "AGENT_NO_CACHE", NUMERICS_VAR)
 """Variables a Ray task gets from the caller's environment (where the caches are, whether the
-run cache is off); a subprocess of the local executor inherits them anyway."""
+run cache is off, how worlds are built: a worker must load the caller's world, not build a
+native one); a subprocess of the local executor inherits them anyway."""
 CONNECT_TIMEOUT_S = 5.0
 """How long `session` waits for a TCP connection to --address before it says it cannot reach it."""
 

@@ -31,6 +31,8 @@ from experience_bank.hashing import canonical_json
 from experience_bank.records import Features
 from experience_bank.runcache import source_version
 
+from agent.world.embedded import native_env
+
 CELL_CODE = ("trainers", "evaluators", "experience_bank/results.py", "agent/experiments/retro_run.py",
              "agent/world/runner.py", "agent/world/controls.py", "agent/world/catalogue.py", "agent/world/examples.py")
 """The code one seed of one cell runs: the trainers, the evaluators and their result records, the
@@ -145,7 +147,12 @@ def frozen_inputs(out: Path, card_ids: list[str]) -> tuple[dict[str, Features], 
 
 
 def publish_seed(results: Path, card_id: str, seed: int, cell: dict[str, Any]) -> None:
-    """Keep one finished seed of one cell in the results directory."""
+    """Keep one finished seed of one cell in the results directory, with the machine that ran it
+    beside it (`machine.json`: its own kernel level and numerics fingerprint): on a world built with
+    portable numerics (agent/world/portable.py) a cell's seeds may come from several kinds of CPU."""
+    here = native_env()
+    write_atomic(results / "cells" / card_id / f"s{seed}" / "machine.json",
+                 canonical_json({"cpu": here.cpu, "machine": here.machine, "numerics": here.numerics}))
     write_atomic(results / "cells" / card_id / f"s{seed}" / "cell.json", canonical_json(cell))
 
 

@@ -64,6 +64,7 @@ from experience_bank.hashing import content_hash, file_sha256, sha256_text
 from experience_bank.records import ModelRef
 
 from agent.progress import Progress
+from agent.world.portable import build_pinned, numerics_mode, pinned_env
 from agent.world.smol import ensure_smol_world
 from agent.world.store import BuildEnv, World, load_world, publish_world, seed_datasets, world_dir
 from agent.world.tokenizer import train_tokenizer, world_texts
@@ -155,7 +156,20 @@ BUILD_LIBRARIES = ("torch", "transformers", "trl", "tokenizers", "accelerate")
 
 
 def build_env() -> BuildEnv:
-    """This process's build environment (what BuildEnv names)."""
+    """The environment this process builds worlds in (what BuildEnv names): its own (native), or
+    under $AGENT_WORLD_NUMERICS=portable the pinned child's (agent/world/portable.py)."""
+    return portable_env() if numerics_mode() == "portable" else native_env()
+
+
+@functools.cache
+def portable_env() -> BuildEnv:
+    """The pinned child's build environment: the same on every x86-64 machine with AVX2 (asked once
+    per process: a child start, a few seconds)."""
+    return BuildEnv(**pinned_env())
+
+
+def native_env() -> BuildEnv:
+    """This process's own build environment."""
     import torch  # noqa: PLC0415 (torch)
 
     return BuildEnv(libraries={lib: version(lib) for lib in BUILD_LIBRARIES},
@@ -227,7 +241,10 @@ def cached_world(size: str, world_seed: int = 0) -> World | None:
 def _build(recipe: Recipe, env: BuildEnv, rhash: str, root: Path, progress: Progress | None) -> World:
     def make(tmp: Path) -> World:
         t0 = time.monotonic()
-        build_base_model(recipe, tmp / "base", progress)
+        if numerics_mode() == "portable":
+            build_pinned(recipe, tmp / "base", progress)
+        else:
+            build_base_model(recipe, tmp / "base", progress)
         return _describe(recipe, env, rhash, root, tmp / "base", time.monotonic() - t0)
 
     return publish_world(root, make)
