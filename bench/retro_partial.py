@@ -66,6 +66,17 @@ def table(found: list[dict[str, Any]]) -> str:
         f"| {r['class'] or 'not all seeds'} |\n" for r in found)
 
 
+def machines(results: Path) -> dict[str, int]:
+    """`cpu numerics` of the machine that trained each finished seed (its machine.json) -> seeds;
+    seeds published before machine.json was kept count as "not recorded"."""
+    kinds = Counter()
+    for cell in results.glob("cells/*/s*/cell.json"):
+        path = cell.parent / "machine.json"
+        m = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        kinds[f"{m['cpu']} {m['numerics']}" if m else "not recorded"] += 1
+    return dict(sorted(kinds.items()))
+
+
 def counts(found: list[dict[str, Any]]) -> dict[str, int]:
     return dict(Counter(r["class"] for r in found if r["class"]))
 
@@ -83,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = rows(results, args.seeds)
         print(f"## {results}: {sum(r['seeds'] for r in found)} cell seeds finished; classes {counts(found)}\n")
         print(table(found))
+        print(f"seeds by the machine that trained them (kernel level, numerics fingerprint): {machines(results)}\n")
     return 0
 
 

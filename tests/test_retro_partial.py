@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from bench.retro_partial import counts, main, rows, table
+from bench.retro_partial import counts, machines, main, rows, table
 
 V5_W1 = Path(__file__).resolve().parents[1] / "docs" / "results" / "retrospective-v5-w1"
 
@@ -23,5 +23,8 @@ def test_a_partial_cell_is_listed_with_its_seeds_and_no_class(tmp_path, capsys):
     [row] = rows(tmp_path, 3)
     assert row["seeds"] == 2 and row["class"] is None and row["per_seed"] == ["neutral", "neutral"]
     assert "| G01 | finance | grpo | 2 |" in table([row]) and "not all seeds" in table([row])
+    (tmp_path / "cells" / "G01" / "s1" / "machine.json").write_text(
+        json.dumps({"cpu": "AVX2", "machine": "x86_64", "numerics": "1df3c16fb559fa14"}))
+    assert machines(tmp_path) == {"AVX2 1df3c16fb559fa14": 1, "not recorded": 1}
     assert main([str(tmp_path)]) == 0 and "2 cell seeds finished" in capsys.readouterr().out
     assert main([str(tmp_path / "nothing")]) == 2
