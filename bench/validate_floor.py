@@ -19,7 +19,7 @@ go/no-go at 90 %), on committed seeded retrospectives, held out by world.
 3. Go/no-go calibration. policies.gonogo chooses its threshold by Learn-then-Test on cross-fitted
    P(harmful): within each training fold, one world's runs scored by a model fitted on the other
    training world alone. Per held-out world: harmful runs among the k lowest calibration scores
-   (k = gonogo.min_authorized, the fewest a threshold can pass on with none harmful, and more),
+   (k = ltt.min_authorized, the fewest a threshold can pass on with none harmful, and more),
    beside the same count on the held-out world scored by the fold's model fitted on both worlds.
 """
 
@@ -132,24 +132,24 @@ def reading_noise(cache: Path, close_pp: float = 3.0) -> list[dict]:
 
 def calibration(sources: list[Path]) -> list[dict]:
     from agent.cli.measure import gonogo_inputs, gonogo_rule
-    from policies import gonogo
+    from policies import gonogo, gonogo_features, ltt
     from policies.curves import footing_of
 
     runs, records = gonogo_inputs(sources)
     rule = gonogo_rule(0.1, 0.1)
     footing, _ = footing_of(runs)
-    floor = gonogo.min_authorized(rule["alpha"], rule["delta"])
+    floor = ltt.min_authorized(rule["alpha"], rule["delta"])
     ks = (floor, 2 * floor, 3 * floor)
     out = []
     for w in sorted({r.world_seed for r in runs}):
         train = [r for r in runs if r.world_seed != w]
         test = [r for r in runs if r.world_seed == w]
         labels = gonogo._labels(train, rule["band"], rule["ifeval_drop_pp"])
-        x = gonogo.matrix(train, records, footing)
+        x = gonogo_features.matrix(train, records, footing)
         _, groups = gonogo.groups_of(train)
         p_cal = gonogo.out_of_group_p_harm(x, labels, groups, gonogo.DEFAULT_C)
         model = gonogo.fit(train, records, footing=footing, **rule)
-        _, p_test = gonogo.predict(model, gonogo.matrix(test, records, footing))
+        _, p_test = gonogo.predict(model, gonogo_features.matrix(test, records, footing))
         harm_cal = np.array([lab == "harmful" for lab in labels])
         harm_test = np.array([r.outcome(band=rule["band"], ifeval_drop_pp=rule["ifeval_drop_pp"]) == "harmful"
                               for r in test])

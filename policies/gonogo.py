@@ -3,8 +3,7 @@ from its short runs' curve, its card and its record, with a threshold that bound
 share of what it authorizes.
 
 Input: policies.curves.PairedRun (the one record of a short run beside its full run) and, where
-known, the record's S, A and grade (its compiled Features). `features` is the one owner of the
-feature list; `fit` trains, `decide` applies, `evaluate` (policies/gonogo_eval.py) measures it
+known, the record's S, A and grade (its compiled Features). `fit` trains, `decide` applies, `evaluate` (policies/gonogo_eval.py) measures it
 on held-out worlds or cards.
 
 Model: two L2-regularised logistic regressions (scikit-learn), one-vs-rest, harmful vs the rest
@@ -18,22 +17,11 @@ which is what the report shows for every decision. A head whose training runs ho
 only (e.g. no beneficial run) is a constant at the smoothed rate (k + 0.5) / (n + 1): say so, do
 not pretend to learn.
 
-Threshold (Learn-then-Test, Angelopoulos et al. 2021): go iff P(harmful) <= t, t from the fixed
-grid THRESHOLDS. On calibration runs each t is a null hypothesis "harmful among authorized > alpha",
-rejected when the one-sided Clopper-Pearson upper bound at level 1 - delta is <= alpha, and the grid
-is tested by fixed-sequence testing (LTT's procedure for a risk that grows with t): from the most
-conservative t upward, stopping at the first t not rejected; the last rejected t is chosen, and none
-rejected means "authorize nothing" (threshold None). The sequence starts at the first t that
-authorizes at least min_authorized(alpha, delta) runs: a smaller t cannot be rejected whatever its
-labels, and where the sequence starts depends on the scores alone, never on the labels. With
-probability >= 1 - delta the chosen t has a harmful share <= alpha (the sequence errs only by
-rejecting its first true null), given exchangeable runs and the binomial model of the authorized
-runs. Why not Bonferroni over the grid (the first version): it tests each t at delta / 20, which
-needs 51 authorized runs, none harmful, at alpha = delta = 0.1 against 22 here; the paired runs of
-three worlds (216 at most, a third of them held out) could never pass it. Calibration runs
-are either given (a split: the finite-sample statement above holds) or, by default, the training
-runs' own out-of-group predictions (cross-fitting, as in CV+: no held-out run is spent, and the
-guarantee becomes approximate; the record says which).
+Threshold: go iff P(harmful) <= t, t chosen by Learn-then-Test (policies/ltt.py) so that the harmful
+share of what it authorizes is <= alpha with probability >= 1 - delta, on given calibration runs
+(a split) or, by default, the training runs' own out-of-group scores (cross-fitted, approximate).
+
+Features: policies/gonogo_features.py owns their list and order.
 
 Footing (policies.curves.footing_of): the curve features read the short runs against the parent,
 as a loop's trial does, where every run in the fit (training and calibration) has the parent's
@@ -51,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 import sklearn
@@ -60,115 +48,17 @@ from sklearn.preprocessing import StandardScaler
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
-from experience_bank.families import FAMILIES
-from experience_bank.records import Frozen, Grade, parse_model
-from experience_bank.results import SHORT_FRACTIONS
-from policies.curves import RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on, footing_of
+from experience_bank.records import Frozen, parse_model
+from policies.curves import Footing, PairedRun, footing_of
+from policies.gonogo_features import (FEATURE_NAMES, PRIOR_FEATURE_NAMES, Record, features, matrix, record_features,
+                                      record_key)
+from policies.ltt import Threshold, check_levels, choose_threshold
 from policies.outcomes import OutcomeClass
-from policies.stats import clopper_pearson
 
-FRACTIONS = SHORT_FRACTIONS
-"""The short-run shares whose points are features (the trial is the last)."""
-GRADES: tuple[str, ...] = get_args(Grade)
-THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 21))
-"""The candidate thresholds on P(harmful), fixed before any data, tested in this order (ascending)."""
 DEFAULT_C = 1.0
 """Inverse L2 strength of both heads: sklearn's default, not tuned on the bank's outcomes."""
 TOP_CONTRIBUTIONS = 5
 """Contributions a decision's report shows (the largest by |value|)."""
-
-Record = Mapping[str, Any]
-"""A record's numbers the go/no-go reads: S, A and grade (a compiled Features dump, or a subset)."""
-
-
-# --- features: the one list ---------------------------------------------------------------------
-
-
-def _point(curve: Sequence[CurvePoint], fraction: float):
-    return next((p for p in curve if math.isclose(p.fraction, fraction)), None)
-
-
-def _curve_features(curve: Sequence[CurvePoint]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for f in FRACTIONS:
-        p = _point(curve, f)
-        out[f"target@{f:.2f}"] = p.target_pp if p else 0.0
-        for m in RETENTION:
-            out[f"{m}@{f:.2f}"] = p.retention_pp.get(m, 0.0) if p else 0.0
-        out[f"missing@{f:.2f}"] = 0.0 if p else 1.0
-    first, last = _point(curve, FRACTIONS[0]), _point(curve, FRACTIONS[-1])
-    span = FRACTIONS[-1] - FRACTIONS[0]
-    both = first is not None and last is not None
-    out["target_slope"] = (last.target_pp - first.target_pp) / span if both else 0.0
-    # Retention's worst metric: the outcome rule fails a run on either IFEval metric.
-    out["retention_min_slope"] = ((min(last.retention_pp.values()) - min(first.retention_pp.values())) / span
-                                  if both else 0.0)
-    out["trial_hard_failure"] = float(any(p.hard_failure for p in curve))
-    return out
-
-
-def _known(name: str, value: float | None) -> dict[str, float]:
-    """A numeric feature and its missing flag: unknown is 0 with the flag set, never a guess."""
-    return {name: 0.0 if value is None else float(value), f"{name}_missing": float(value is None)}
-
-
-def _card_features(card: CardFacts) -> dict[str, float]:
-    out = {"method_grpo": float(card.method == "grpo")}
-    out |= {f"family_{f}": float(card.family == f) for f in FAMILIES}
-    out |= {"adapter_lora": float(card.adapter == "lora"), "adapter_missing": float(card.adapter is None)}
-    out |= _known("log10_lr", None if card.learning_rate is None else math.log10(card.learning_rate))
-    out |= _known("log2_steps", None if card.nominal_steps is None else math.log2(card.nominal_steps))
-    out |= _known("replay_share", card.replay_share)
-    return out
-
-
-def _record_features(record: Record | None) -> dict[str, float]:
-    record = record or {}
-    grade = record.get("grade")
-    out = _known("S", record.get("S")) | _known("A", record.get("A"))
-    return out | {f"grade_{g}": float(grade == g) for g in GRADES} | {"grade_missing": float(grade is None)}
-
-
-def features(run: PairedRun, record: Record | None = None, footing: Footing = "control") -> dict[str, float]:
-    """The go/no-go's named features of one run (the same names, in the same order, for every run),
-    its short curve read on `footing`."""
-    return probe_features(curve_on(run, footing), run, record)
-
-
-def probe_features(curve: Sequence[CurvePoint], card: CardFacts, record: Record | None = None) -> dict[str, float]:
-    """The same features from a short run's curve, its card's facts and its record alone: what a
-    trial knows before its full run (bcit_predictive's verdict, policies.trial_rules)."""
-    return _curve_features(curve) | _card_features(card) | _record_features(record)
-
-
-FEATURE_NAMES: tuple[str, ...] = tuple(features(PairedRun(
-    card_id="X", family="sql", method="sft", seed=0, world_seed=0, curve=(),
-    full={"fraction": 1.0, "target_pp": 0.0, "retention_pp": {}})))
-
-
-def prior_features(card: CardFacts, record: Record | None = None) -> dict[str, float]:
-    """The features known before any trial runs: the card's facts and the record's S, A and grade
-    (the prior-only go/no-go's, GoNoGo.prior: whether the evidence suffices to skip the trial)."""
-    return _card_features(card) | _record_features(record)
-
-
-PRIOR_FEATURE_NAMES: tuple[str, ...] = tuple(n for n in FEATURE_NAMES if n not in _curve_features(()))
-"""FEATURE_NAMES without the curve's: the same names, in the same order, as prior_features gives."""
-
-
-def record_key(world_seed: int, card_id: str) -> str:
-    """Where a paired run's record is among `records`: a card's record (its S, A and grade, compiled
-    against that world's base model) is one per world, so the runs of one card on two worlds each
-    read their own."""
-    return f"{card_id}@w{world_seed}"
-
-
-def matrix(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None,
-           footing: Footing = "control") -> np.ndarray:
-    """Runs x FEATURE_NAMES, curves on `footing`; a run's record is looked up by record_key."""
-    records = records or {}
-    return np.array([[features(r, records.get(record_key(r.world_seed, r.card_id)), footing)[n] for n in FEATURE_NAMES]
-                     for r in runs], dtype=float)
 
 
 # --- the stored model ------------------------------------------------------------------------------
@@ -183,21 +73,6 @@ class Head(Frozen):
     """constant: the training runs held one class only; the smoothed rate, coef all 0."""
     positives: int
     """Training runs of this head's class."""
-
-
-class Threshold(Frozen):
-    """The Learn-then-Test choice on P(harmful)."""
-
-    threshold: float | None
-    """go iff P(harmful) <= threshold; None: no candidate passed, authorize nothing."""
-    calibration: Literal["cross-fitted", "split"]
-    n_calibration: int
-    authorized: int
-    """Calibration runs the chosen threshold authorizes (0 when None)."""
-    harmful: int
-    """Harmful runs among them."""
-    upper_bound: float | None
-    """Their harmful share's one-sided Clopper-Pearson bound at 1 - delta."""
 
 
 class TrainingRows(Frozen):
@@ -257,7 +132,7 @@ def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | Non
     # A run without a parent curve hashes as before the field existed: a refit of the same runs keeps its hash.
     return content_hash({"runs": [r.model_dump(mode="json", exclude={"parent_curve"} if r.parent_curve is None else None)
                                   for r in runs],
-                         "records": {k: _record_features(v) for k, v in sorted((records or {}).items()) if k in used}})
+                         "records": {k: record_features(v) for k, v in sorted((records or {}).items()) if k in used}})
 
 
 def dumps(model: GoNoGo) -> str:
@@ -339,45 +214,6 @@ def out_of_group_p_harm(x: np.ndarray, labels: Sequence[str], groups: Sequence[s
     return out
 
 
-def check_levels(alpha: float, delta: float) -> None:
-    if not (0 < alpha < 1 and 0 < delta < 1):
-        raise BadInput(f"alpha {alpha} and delta {delta} must lie in (0, 1): e.g. --alpha 0.1 --delta 0.1")
-
-
-def _confidence(delta: float) -> float:
-    """Two-sided CP at 1 - 2d is the one-sided bound at 1 - d: each t of the sequence is tested at delta."""
-    return 1 - 2 * delta
-
-
-def min_authorized(alpha: float, delta: float) -> int:
-    """The fewest authorized calibration runs, all of them not harmful, whose bound can pass alpha:
-    below it no threshold can be chosen, whatever the model."""
-    check_levels(alpha, delta)
-    # CP upper of 0/n at one-sided level 1 - d is 1 - d^(1/n) <= alpha  <=>  n >= log d / log(1 - alpha).
-    n = math.ceil(math.log(delta) / math.log(1 - alpha))
-    return n if clopper_pearson(0, n, _confidence(delta))[1] <= alpha else n + 1
-
-
-def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha: float, delta: float,
-                     calibration: Literal["cross-fitted", "split"] = "split") -> Threshold:
-    """Learn-then-Test by fixed-sequence testing: the last t of THRESHOLDS, ascending from the first
-    that authorizes min_authorized runs, before the first whose harmful-among-authorized bound exceeds alpha."""
-    check_levels(alpha, delta)
-    p, h = np.asarray(p_harm, dtype=float), np.asarray(harmful, dtype=bool)
-    confidence, floor = _confidence(delta), min_authorized(alpha, delta)
-    chosen = Threshold(threshold=None, calibration=calibration, n_calibration=len(p), authorized=0, harmful=0,
-                       upper_bound=None)
-    for t in THRESHOLDS:
-        go = p <= t
-        n, k = int(go.sum()), int((go & h).sum())
-        if n < floor:  # not yet in the sequence: untestable, and skipping it reads no label
-            continue
-        upper = clopper_pearson(k, n, confidence)[1]
-        if upper > alpha:  # the first null not rejected ends the sequence
-            break
-        chosen = Threshold(threshold=t, calibration=calibration, n_calibration=len(p), authorized=n, harmful=k,
-                           upper_bound=upper)
-    return chosen
 
 
 class Settings(Frozen):
@@ -508,7 +344,7 @@ def refit_hash(base: str, runs: Sequence[PairedRun], records: Sequence[Record | 
     """The training hash of a refit: the base's, chained with the added runs and their records in order."""
     if not runs:
         return base
-    added = [{"run": r.model_dump(mode="json"), "record": _record_features(rec)} for r, rec in zip(runs, records)]
+    added = [{"run": r.model_dump(mode="json"), "record": record_features(rec)} for r, rec in zip(runs, records)]
     return content_hash({"refit_of": base, "added": added})
 
 
@@ -536,7 +372,7 @@ def decide(model: GoNoGo, run_features: Mapping[str, float]) -> GoDecision:
     """Go iff P(harmful) <= the model's threshold (never, when it has none)."""
     missing = [n for n in model.feature_names if n not in run_features]
     if missing:
-        raise BadInput(f"features lack {missing[:3]}: compute them with policies.gonogo.features")
+        raise BadInput(f"features lack {missing[:3]}: compute them with policies.gonogo_features.features")
     x = np.array([[float(run_features[n]) for n in model.feature_names]])
     p_ben, p_harm = (float(v[0]) for v in predict(model, x))
     z = (x[0] - np.array(model.mean)) / np.array(model.scale)

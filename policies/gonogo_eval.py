@@ -33,7 +33,7 @@ from sklearn.metrics import roc_auc_score
 
 from experience_bank.errors import BadInput
 from experience_bank.records import Frozen
-from policies import gonogo
+from policies import gonogo, gonogo_features, ltt
 from policies.curves import Footing, PairedRun, footing_of
 from policies.stats import clopper_pearson
 
@@ -148,7 +148,7 @@ def markdown(e: Evaluation) -> str:
     lines += ["", f"Fold thresholds on P(harmful): {sum(t is None for t in thresholds)} of {len(thresholds)} folds "
               f"authorize nothing (no threshold passed the bound); the others: "
               f"{sorted(t for t in thresholds if t is not None) or 'none'}. Any threshold needs at least "
-              f"{gonogo.min_authorized(e.alpha, e.delta)} authorized calibration runs, none of them harmful, "
+              f"{ltt.min_authorized(e.alpha, e.delta)} authorized calibration runs, none of them harmful, "
               f"to pass at this alpha and delta."]
     prior = [f.prior_threshold for f in e.folds]
     auc_prior = "undefined (one class)" if e.auc_harmful_prior is None else f"{e.auc_harmful_prior:.3f}"
@@ -163,7 +163,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
              baselines: Mapping[str, Baseline] | None = None,
              fold_baselines: Mapping[str, FoldBaseline] | None = None) -> Evaluation:
     """Leave-one-group-out go/no-go figures of the model and of each baseline on the same runs."""
-    gonogo.check_levels(alpha, delta)
+    ltt.check_levels(alpha, delta)
     grouping, groups = gonogo.groups_of(runs)
     if len(set(groups)) < gonogo.MIN_GROUPS:
         raise BadInput(f"held-out evaluation needs at least {gonogo.MIN_GROUPS} {grouping}s, got {len(set(groups))}: "
@@ -176,10 +176,10 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         test = [i for i, gr in enumerate(groups) if gr == g]
         model = gonogo.fit(train, records, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C,
                            footing=footing)
-        x = gonogo.matrix([runs[i] for i in test], records, footing)
+        x = gonogo_features.matrix([runs[i] for i in test], records, footing)
         for i, row in zip(test, x):
-            held[i] = gonogo.decide(model, dict(zip(gonogo.FEATURE_NAMES, row)))
-            held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo.FEATURE_NAMES, row)))
+            held[i] = gonogo.decide(model, dict(zip(gonogo_features.FEATURE_NAMES, row)))
+            held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo_features.FEATURE_NAMES, row)))
         for name, make in (fold_baselines or {}).items():
             rule = make(train)
             fold_go[name] |= {i: rule(runs[i]) for i in test}

@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from experience_bank.records import Features
 from policies.authorize import Verdict
 from policies.curves import CardFacts, trial_curve
-from policies.gonogo import GoDecision, GoNoGo, decide, prior_features, probe_features, top_contributions
+from policies.gonogo import GoDecision, GoNoGo, decide, top_contributions
+from policies.gonogo_features import prior_features, probe_features
 
 
 def prior_decision(model: GoNoGo, card: CardFacts, features: Features | None) -> GoDecision | None:

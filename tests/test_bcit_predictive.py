@@ -19,7 +19,7 @@ from agent.run.rundir import RunDir
 from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
-from policies import EpisodeState, PolicyConfig, authorize, gonogo
+from policies import EpisodeState, PolicyConfig, authorize, gonogo, gonogo_features
 from policies.audit import cells_from_entries, read_outcomes, verify_ledger, walk
 from policies.curves import CONTROL_FOOTING_WARNING, CardFields, trial_curve
 from policies.features import features_from_row
@@ -42,7 +42,7 @@ def model() -> gonogo.GoNoGo:
 def _decision(model, curve):
     features = features_from_row(ROW)
     record = features.model_dump(include={"S", "A", "grade"})
-    return gonogo.decide(model, gonogo.probe_features(trial_curve(curve), CARD, record)), features
+    return gonogo.decide(model, gonogo_features.probe_features(trial_curve(curve), CARD, record)), features
 
 
 def _with_threshold(model, t):
@@ -87,7 +87,7 @@ def test_a_trials_own_fail_stays_a_fail(model):
 def test_the_contributions_are_the_coefficients_times_the_standardised_features(model):
     d, features = _decision(model, FALLING)
     record = {"S": features.S, "A": features.A, "grade": features.grade}
-    x = np.array([gonogo.probe_features(trial_curve(FALLING), CARD, record)[n] for n in model.feature_names])
+    x = np.array([gonogo_features.probe_features(trial_curve(FALLING), CARD, record)[n] for n in model.feature_names])
     z = (x - np.array(model.mean)) / np.array(model.scale)
     assert list(d.contributions.values()) == pytest.approx(list(np.array(model.harmful.coef) * z))
     # they sum, with the intercept, to P(harmful)'s log-odds

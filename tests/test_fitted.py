@@ -13,7 +13,7 @@ from agent.experiments import compare as C
 from agent.experiments.extrapolation import load_runs
 from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary, held_out_sources
 from experience_bank.errors import BadInput
-from policies import extrapolate, gonogo
+from policies import extrapolate, gonogo, gonogo_features
 
 V3 = Path(__file__).resolve().parents[1] / "docs" / "results" / "retrospective-default.json"
 
@@ -111,8 +111,8 @@ def test_each_worlds_runs_read_that_worlds_record_of_a_card(tmp_path):
                  for c in sorted((sources[w] / "cells").iterdir())]
         (sources[w] / "features.jsonl").write_text("\n".join(lines) + "\n")
     runs, records = gonogo_inputs(sources)
-    x = gonogo.matrix(runs, records)
-    col = gonogo.FEATURE_NAMES.index("S")
+    x = gonogo_features.matrix(runs, records)
+    col = gonogo_features.FEATURE_NAMES.index("S")
     assert {(r.world_seed, float(v)) for r, v in zip(runs, x[:, col])} == {(0, 0.2), (1, 0.9)}
 
 

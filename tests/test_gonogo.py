@@ -13,7 +13,7 @@ from sklearn.preprocessing import StandardScaler
 from agent.cli.main import main
 from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
 from experience_bank.errors import BadInput
-from policies import gonogo
+from policies import gonogo, gonogo_features, ltt
 from policies.curves import CurvePoint, PairedRun, paired_run
 from policies.gonogo_eval import evaluate
 from policies.stats import clopper_pearson
@@ -48,8 +48,8 @@ def _runs(n_cards: int = 12, seeds: int = 2, worlds: int = 1, rng_seed: int = 0)
 def test_features_are_named_deterministic_and_flag_what_is_unknown():
     cell = json.loads(DOC.read_text())["cells"][0]
     run = paired_run(cell, world_seed=0)
-    f = gonogo.features(run)
-    assert tuple(f) == gonogo.FEATURE_NAMES and f == gonogo.features(paired_run(cell, world_seed=0))
+    f = gonogo_features.features(run)
+    assert tuple(f) == gonogo_features.FEATURE_NAMES and f == gonogo_features.features(paired_run(cell, world_seed=0))
     assert f["target@0.20"] == cell["short"]["0.20"]["target"]
     assert f["ifeval.inst_strict@0.10"] == cell["short"]["0.10"]["ifeval"]["inst_strict"]
     assert f["target_slope"] == pytest.approx((2.4531 - 2.4531) / 0.15)
@@ -57,14 +57,14 @@ def test_features_are_named_deterministic_and_flag_what_is_unknown():
     assert f["family_finance"] == 1.0 and f["method_grpo"] == 0.0
     assert (f["log10_lr_missing"], f["adapter_missing"], f["S_missing"], f["grade_missing"]) == (1.0, 1.0, 1.0, 1.0)
     known = run.model_copy(update={"adapter": "lora", "learning_rate": 1e-3, "nominal_steps": 128, "replay_share": 0.25})
-    g = gonogo.features(known, {"S": 0.4, "A": 0.9, "grade": "B"})
+    g = gonogo_features.features(known, {"S": 0.4, "A": 0.9, "grade": "B"})
     assert (g["adapter_lora"], g["log10_lr"], g["log2_steps"], g["replay_share"]) == (1.0, -3.0, 7.0, 0.25)
     assert (g["S"], g["A"], g["grade_B"], g["grade_missing"], g["log10_lr_missing"]) == (0.4, 0.9, 1.0, 0.0, 0.0)
 
 
 def test_a_missing_short_run_is_flagged_not_guessed():
     run = _runs(1, 1)[0]
-    f = gonogo.features(run.model_copy(update={"curve": run.curve[1:]}))
+    f = gonogo_features.features(run.model_copy(update={"curve": run.curve[1:]}))
     assert (f["missing@0.05"], f["target@0.05"], f["target_slope"], f["missing@0.20"]) == (1.0, 0.0, 0.0, 0.0)
 
 
@@ -76,7 +76,7 @@ def test_the_json_model_predicts_what_sklearn_predicts():
     model = gonogo.fit(runs, alpha=0.2, **RULE)
     loaded = gonogo.loads(gonogo.dumps(model))
     assert loaded == model and loaded.harmful.kind == loaded.beneficial.kind == "logistic"
-    x = gonogo.matrix(runs)
+    x = gonogo_features.matrix(runs)
     labels = np.array([r.outcome(**RULE) for r in runs])
     p_ben, p_harm = gonogo.predict(loaded, x)
     for p, cls in ((p_harm, "harmful"), (p_ben, "beneficial")):
@@ -88,10 +88,10 @@ def test_the_json_model_predicts_what_sklearn_predicts():
 
 def test_a_decision_carries_its_probabilities_and_log_odds_contributions():
     runs = _runs()
-    model = gonogo.fit(runs, alpha=0.2, **RULE).model_copy(update={"threshold": gonogo.Threshold(
+    model = gonogo.fit(runs, alpha=0.2, **RULE).model_copy(update={"threshold": ltt.Threshold(
         threshold=0.5, calibration="split", n_calibration=0, authorized=0, harmful=0, upper_bound=None)})
-    d = gonogo.decide(model, gonogo.features(runs[0]))
-    assert set(d.contributions) == set(gonogo.FEATURE_NAMES)
+    d = gonogo.decide(model, gonogo_features.features(runs[0]))
+    assert set(d.contributions) == set(gonogo_features.FEATURE_NAMES)
     log_odds = math.log(d.p_harmful / (1 - d.p_harmful))
     assert model.harmful.intercept + sum(d.contributions.values()) == pytest.approx(log_odds)
     assert d.go == (d.p_harmful <= 0.5)
@@ -103,7 +103,7 @@ def test_a_head_with_one_class_is_a_stated_constant():
     runs = [r for r in _runs(20, 1) if r.outcome(**RULE) != "beneficial"]
     model = gonogo.fit(runs, alpha=0.2, **RULE)
     assert model.beneficial.kind == "constant" and model.beneficial.positives == 0
-    assert gonogo.predict(model, gonogo.matrix(runs[:1]))[0][0] == pytest.approx(0.5 / (len(runs) + 1))
+    assert gonogo.predict(model, gonogo_features.matrix(runs[:1]))[0][0] == pytest.approx(0.5 / (len(runs) + 1))
 
 
 def test_a_broken_model_file_is_refused_in_one_line():
@@ -119,14 +119,14 @@ def test_the_threshold_is_the_last_of_the_fixed_sequence_that_passes_the_bound()
     p = rng.uniform(size=400)
     harmful = rng.uniform(size=400) < p ** 3  # the harmful share grows with the score
     alpha, delta = 0.1, 0.1
-    chosen = gonogo.choose_threshold(p, harmful, alpha=alpha, delta=delta)
+    chosen = ltt.choose_threshold(p, harmful, alpha=alpha, delta=delta)
     conf = 1 - 2 * delta  # each threshold of the sequence is tested at delta, one-sided
 
     def bound(t):
         go = p <= t
         return clopper_pearson(int((go & harmful).sum()), int(go.sum()), conf)[1]
 
-    tested = [t for t in gonogo.THRESHOLDS if (p <= t).sum() >= gonogo.min_authorized(alpha, delta)]
+    tested = [t for t in ltt.THRESHOLDS if (p <= t).sum() >= ltt.min_authorized(alpha, delta)]
     assert chosen.threshold is not None and 0.05 < chosen.threshold < 1.0
     assert chosen.upper_bound == bound(chosen.threshold) <= alpha
     assert chosen.harmful / chosen.authorized <= alpha
@@ -139,19 +139,19 @@ def test_the_sequence_stops_at_the_first_failure_even_if_a_later_threshold_passe
     # pass (10 / 360), but the sequence stops at t = 0.2 (10 / 60), so t = 0.15 (the same 30 runs as 0.1) is chosen
     p = [0.1] * 30 + [0.2] * 30 + [0.3] * 300
     harmful = [False] * 30 + [True] * 10 + [False] * 20 + [False] * 300
-    chosen = gonogo.choose_threshold(p, harmful, alpha=0.1, delta=0.1)
+    chosen = ltt.choose_threshold(p, harmful, alpha=0.1, delta=0.1)
     assert (chosen.threshold, chosen.authorized, chosen.harmful) == (0.15, 30, 0)
 
 
 def test_no_threshold_when_the_bound_cannot_be_met():
-    n = gonogo.min_authorized(0.1, 0.1)
+    n = ltt.min_authorized(0.1, 0.1)
     assert n == 22  # log(0.1) / log(0.9) = 21.9: the bound of 0 / 22 at one-sided 90 % is 0.0994
-    assert gonogo.choose_threshold([0.01] * (n - 1), [False] * (n - 1), alpha=0.1, delta=0.1).threshold is None
-    assert gonogo.choose_threshold([0.01] * n, [False] * n, alpha=0.1, delta=0.1).threshold == 1.0
-    all_harmful = gonogo.choose_threshold([0.01] * 500, [True] * 500, alpha=0.1, delta=0.1)
+    assert ltt.choose_threshold([0.01] * (n - 1), [False] * (n - 1), alpha=0.1, delta=0.1).threshold is None
+    assert ltt.choose_threshold([0.01] * n, [False] * n, alpha=0.1, delta=0.1).threshold == 1.0
+    all_harmful = ltt.choose_threshold([0.01] * 500, [True] * 500, alpha=0.1, delta=0.1)
     assert (all_harmful.threshold, all_harmful.authorized) == (None, 0)
     with pytest.raises(BadInput, match="must lie in"):
-        gonogo.choose_threshold([0.1], [False], alpha=0.0, delta=0.1)
+        ltt.choose_threshold([0.1], [False], alpha=0.0, delta=0.1)
 
 
 # --- held-out evaluation -----------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def test_a_held_out_prediction_comes_from_a_model_without_that_card():
     e = evaluate(runs, alpha=0.2, **RULE)
     for r, h in list(zip(runs, e.runs))[::3]:
         model = gonogo.fit([q for q in runs if q.card_id != r.card_id], alpha=0.2, **RULE)
-        p_ben, p_harm = gonogo.predict(model, gonogo.matrix([r]))
+        p_ben, p_harm = gonogo.predict(model, gonogo_features.matrix([r]))
         assert (h.p_harmful, h.p_beneficial) == (pytest.approx(p_harm[0]), pytest.approx(p_ben[0]))
 
 
@@ -261,19 +261,19 @@ def test_the_curve_features_read_the_parent_footing_where_every_run_has_it_and_t
     short = {"0.05": (1.0, -1.0, 0.5), "0.10": (2.0, 0.0, 1.0), "0.20": (3.0, 1.0, -0.5)}
     runs = [paired_run(cell(f"S{i}", short, (-5.0 + 5 * i, 0.0, 0.0), seed=s), world_seed=0)
             for i in range(3) for s in range(2)]
-    f = gonogo.features(runs[0], footing="parent")
+    f = gonogo_features.features(runs[0], footing="parent")
     # effect + control - parent (support/footing_cells.py): at 5 % target 1 + 40 - 48, prompt -1 + 70 - 70.
     assert (f["target@0.05"], f["ifeval.prompt_strict@0.05"], f["ifeval.inst_strict@0.20"]) == (-7.0, -1.0, -0.5)
     assert f["target_slope"] == pytest.approx((5.0 - -7.0) / 0.15)
-    assert gonogo.features(runs[0])["target@0.05"] == 1.0  # the control footing: the effect itself
+    assert gonogo_features.features(runs[0])["target@0.05"] == 1.0  # the control footing: the effect itself
     model = gonogo.fit(runs, alpha=0.3, **RULE)
     assert (model.footing, model.footing_note) == ("parent", None)
-    assert model.mean[gonogo.FEATURE_NAMES.index("target@0.20")] == 5.0
+    assert model.mean[gonogo_features.FEATURE_NAMES.index("target@0.20")] == 5.0
     # One run from before the parent's scores were kept: every run on the control footing, and said.
     old = runs[:-1] + [paired_run(cell("S2", short, (5.0, 0.0, 0.0), seed=1, parent=False), world_seed=0)]
     mixed = gonogo.fit(old, alpha=0.3, **RULE)
     assert mixed.footing == "control" and "1 of 6 paired runs lack" in mixed.footing_note
-    assert mixed.mean[gonogo.FEATURE_NAMES.index("target@0.20")] == 3.0
+    assert mixed.mean[gonogo_features.FEATURE_NAMES.index("target@0.20")] == 3.0
     assert gonogo.loads(gonogo.dumps(mixed)) == mixed
     assert evaluate(runs, alpha=0.3, **RULE).footing == "parent"
 

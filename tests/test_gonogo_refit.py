@@ -25,7 +25,7 @@ from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
 from experience_bank.results import TrialPoint
-from policies import gonogo
+from policies import gonogo, gonogo_features
 from support.gonogo_fixture import RULE, fitted_model, on_parent, parent_model, synthetic_runs
 from support.graph_fakes import FakePorts, make_ctx, run_fake
 
@@ -42,7 +42,7 @@ def test_a_refit_on_the_stored_rows_alone_reproduces_the_model():
     model = gonogo.loads(gonogo.dumps(parent_model()))  # the rows went through JSON
     again = gonogo.refit(model, [], [], library_version=None)
     assert _same_fit(again, model) and again.training_hash == model.training_hash and again.n_train == 36
-    assert model.rows is not None and np.array(model.rows.x).shape == (36, len(gonogo.FEATURE_NAMES))
+    assert model.rows is not None and np.array(model.rows.x).shape == (36, len(gonogo_features.FEATURE_NAMES))
 
 
 def test_a_refit_adds_exactly_the_new_runs_and_equals_a_fit_on_all_of_them():
@@ -57,7 +57,7 @@ def test_a_refit_adds_exactly_the_new_runs_and_equals_a_fit_on_all_of_them():
     assert refit.rows.card_ids[36:] == tuple(r.card_id for r in new)
     assert refit.training_hash == gonogo.refit_hash(model.training_hash, new, records) != model.training_hash
     # the same rows fitted from scratch give the same numbers: the stored rows are what `fit` read
-    from_scratch = gonogo.fit(old + new, {gonogo.record_key(r.world_seed, r.card_id): rec for r, rec in zip(new, records) if rec}, alpha=0.2,
+    from_scratch = gonogo.fit(old + new, {gonogo_features.record_key(r.world_seed, r.card_id): rec for r, rec in zip(new, records) if rec}, alpha=0.2,
                               delta=0.2, **RULE)
     assert _same_fit(refit, from_scratch) and refit.rows == from_scratch.rows
 

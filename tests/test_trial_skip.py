@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 
 from sklearn.preprocessing import StandardScaler
 
-from policies import EpisodeState, PolicyConfig, authorize, gonogo
+from policies import EpisodeState, PolicyConfig, authorize, gonogo, gonogo_features, ltt
 from policies.authorize import SKIP_RULE, Prior, prior_input, undetermined
 from policies.curves import CardFields
 from policies.features import features_from_row
@@ -36,8 +36,8 @@ def model() -> gonogo.GoNoGo:
 
 
 def _prior_x(runs, records) -> np.ndarray:
-    cols = [gonogo.FEATURE_NAMES.index(n) for n in gonogo.PRIOR_FEATURE_NAMES]
-    return gonogo.matrix(runs, records)[:, cols]
+    cols = [gonogo_features.FEATURE_NAMES.index(n) for n in gonogo_features.PRIOR_FEATURE_NAMES]
+    return gonogo_features.matrix(runs, records)[:, cols]
 
 
 def _with_prior_threshold(model: gonogo.GoNoGo, t: float | None) -> gonogo.GoNoGo:
@@ -51,9 +51,9 @@ def _with_prior_threshold(model: gonogo.GoNoGo, t: float | None) -> gonogo.GoNoG
 def test_the_prior_only_head_reads_no_curve_and_predicts_what_sklearn_predicts(model):
     runs, records = synthetic_runs(), synthetic_records()
     prior = gonogo.loads(gonogo.dumps(model)).prior
-    assert prior.feature_names == gonogo.PRIOR_FEATURE_NAMES and len(prior.feature_names) == 20
+    assert prior.feature_names == gonogo_features.PRIOR_FEATURE_NAMES and len(prior.feature_names) == 20
     assert not any("@" in n or "slope" in n or n == "trial_hard_failure" for n in prior.feature_names)
-    assert tuple(gonogo.prior_features(CARD, {"S": 0.5})) == gonogo.PRIOR_FEATURE_NAMES
+    assert tuple(gonogo_features.prior_features(CARD, {"S": 0.5})) == gonogo_features.PRIOR_FEATURE_NAMES
     x = _prior_x(runs, records)
     labels = np.array([r.outcome(**RULE) for r in runs])
     p_ben, p_harm = gonogo.predict(prior, x)
@@ -74,7 +74,7 @@ def test_the_prior_threshold_is_learn_then_test_on_held_out_by_card_scores(model
         rest = np.arange(len(runs)) != i
         ref = make_pipeline(StandardScaler(), LogisticRegression(C=gonogo.DEFAULT_C, max_iter=5000))
         held[i] = ref.fit(x[rest], labels[rest] == "harmful").predict_proba(x[i:i + 1])[0, 1]
-    want = gonogo.choose_threshold(held, labels == "harmful", alpha=0.2, delta=0.2, calibration="cross-fitted")
+    want = ltt.choose_threshold(held, labels == "harmful", alpha=0.2, delta=0.2, calibration="cross-fitted")
     assert model.prior.threshold.threshold == want.threshold == 0.9
     assert (model.prior.threshold.authorized, model.prior.threshold.harmful) == (want.authorized, want.harmful) == (24, 0)
     assert model.prior.threshold.upper_bound == pytest.approx(want.upper_bound)
@@ -84,7 +84,7 @@ def test_a_split_calibration_holds_for_the_prior_too():
     runs, records = synthetic_runs(), synthetic_records()
     m = gonogo.fit(runs[:24], records, alpha=0.2, delta=0.2, calibration=runs[24:], **RULE)
     p_harm = gonogo.predict(m.prior, _prior_x(runs[24:], records))[1]
-    want = gonogo.choose_threshold(p_harm, [r.outcome(**RULE) == "harmful" for r in runs[24:]], alpha=0.2, delta=0.2)
+    want = ltt.choose_threshold(p_harm, [r.outcome(**RULE) == "harmful" for r in runs[24:]], alpha=0.2, delta=0.2)
     assert m.prior.threshold == want and want.calibration == "split" and want.n_calibration == 12
 
 
@@ -105,7 +105,7 @@ def test_the_skip_fires_exactly_where_the_prior_head_authorizes(model):
     f = features_from_row(ROW)
     d = prior_decision(model, CARD, f)
     record = {"S": f.S, "A": f.A, "grade": f.grade}
-    x = np.array([[gonogo.prior_features(CARD, record)[n] for n in gonogo.PRIOR_FEATURE_NAMES]])
+    x = np.array([[gonogo_features.prior_features(CARD, record)[n] for n in gonogo_features.PRIOR_FEATURE_NAMES]])
     assert d.p_harmful == pytest.approx(gonogo.predict(model.prior, x)[1][0]) and d.p_harmful < 0.1
     at = _with_prior_threshold(model, round(d.p_harmful, 6) + 1e-6)   # just above P(harmful): go
     below = _with_prior_threshold(model, round(d.p_harmful, 6) - 1e-6)  # just below: the trial runs

@@ -124,11 +124,11 @@ def _register_gonogo(sub) -> None:
 
 
 def cmd_gonogo(args) -> int:
-    from policies import gonogo  # noqa: PLC0415 (scikit-learn)
+    from policies import gonogo, ltt  # noqa: PLC0415 (scikit-learn)
     from policies.gonogo_eval import evaluate, markdown  # noqa: PLC0415 (scikit-learn)
     from agent.experiments.gonogo_baselines import baselines  # noqa: PLC0415 (torch, through the trial's verdict)
 
-    gonogo.check_levels(args.alpha, args.delta)
+    ltt.check_levels(args.alpha, args.delta)
     runs, records = gonogo_inputs([Path(s) for s in args.sources])
     rule = gonogo_rule(args.alpha, args.delta)
     plain, per_fold = baselines(runs)
@@ -221,7 +221,7 @@ def _fit(args, cfg, world_seeds: list[int] | None):
     """--fit-from as a compare.Fit (None without it); BadInput before any episode starts where a world
     would be left with nothing to fit on, or a source is not a retrospective directory."""
     from agent.experiments.compare import Fit  # noqa: PLC0415
-    from policies.gonogo import check_levels  # noqa: PLC0415 (scikit-learn)
+    from policies.ltt import check_levels  # noqa: PLC0415
 
     if not args.fit_from:
         return None

@@ -62,13 +62,13 @@ def _cards(path: Path) -> dict:
 
 
 def gonogo_source(path: Path) -> tuple[list, dict]:
-    """(paired runs, records by policies.gonogo.record_key) of one source; cards only where this catalogue
+    """(paired runs, records by policies.gonogo_features.record_key) of one source; cards only where this catalogue
     and world made it."""
     if path.is_file():
         return paired_runs_json(path), {}
     if not path.is_dir():
         raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
-    from policies.gonogo import record_key  # noqa: PLC0415 (scikit-learn)
+    from policies.gonogo_features import record_key  # noqa: PLC0415 (scikit-learn)
 
     features, world_seed = path / "features.jsonl", int(ledger(path).get("world_seed", 0))
     records = ({record_key(world_seed, (row := loads_strict(line))["cell"]): row["features"]
@@ -129,6 +129,7 @@ def fit_for_world(out: Path, world_seed: int, sources: list[Path], *, gonogo: bo
     from agent.experiments.extrapolation import load_runs  # noqa: PLC0415 (scipy)
     from policies import extrapolate  # noqa: PLC0415
     from policies import gonogo as gng  # noqa: PLC0415 (scikit-learn)
+    from policies import ltt  # noqa: PLC0415
 
     g_path, x_path, meta = out / GONOGO_FILE, out / EXTRAPOLATION_FILE, out / FITTED_FILE
     if meta.is_file() and x_path.is_file() and (g_path.is_file() or not gonogo):
@@ -139,7 +140,7 @@ def fit_for_world(out: Path, world_seed: int, sources: list[Path], *, gonogo: bo
     texts = {x_path: extrapolate.dumps(extrapolate.fit(load_runs(others)))}
     doc["extrapolation_sha256"] = sha256_text(texts[x_path])
     if gonogo:
-        gng.check_levels(alpha, delta)
+        ltt.check_levels(alpha, delta)
         runs, records = gonogo_inputs(others)
         model = gng.fit(runs, records, **gonogo_rule(alpha, delta))
         texts[g_path] = gng.dumps(model)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies import gonogo
+from policies import gonogo, gonogo_features
 from policies.curves import CurvePoint, PairedRun
 
 RULE = dict(band=1.0, ifeval_drop_pp=2.0)
@@ -61,7 +61,7 @@ def synthetic_records(runs: list[PairedRun] | None = None) -> dict[str, dict]:
     out = {}
     for i, run in enumerate(runs or synthetic_runs()):
         s, grade = [(0.0, "C"), (0.45, "B"), ((0.75, 1.0)[i % 2], ("B", "A")[i % 2])][i % 3]
-        out[gonogo.record_key(run.world_seed, run.card_id)] = {"S": s, "A": 1.0, "grade": grade}
+        out[gonogo_features.record_key(run.world_seed, run.card_id)] = {"S": s, "A": 1.0, "grade": grade}
     return out
 
 
