@@ -11,25 +11,23 @@ was running. So a node that has an effect keys it by (episode, decision hash):
 The rules are not here: routing, the quota and the lease are policies' (`authorize`,
 `next_state`, `after_trial`, and the trial verdict a policy acts on `acted_verdict`), budget
 arithmetic is the ledger's (trainers/ledger.py), a trial's measurement and verdict are
-trainers.trial's, the adoption rule is policies.gate's.
+trainers.trial's, the adoption rule is policies.gate's. What a node pays and keeps (a result
+computed once, an evaluation charged once, the budget check) is agent/loop/charges.py.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
 from typing import Any, Callable
 
 from langgraph.runtime import Runtime
 
 from experience_bank.families import target_metric
-from experience_bank import files
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.errors import BadInput
 from experience_bank.records import ActedTrial, CandidateCard, Decision, Event, ExtrapolatedRetention, Features, parse_model
-from experience_bank.runcache import provenance, was_cached
+from experience_bank.runcache import was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies import EpisodeState, after_trial, authorize as route, next_state
 from policies.authorize import SKIP_RULE, prior_input
@@ -41,6 +39,7 @@ from policies.trial_rules import OwnVerdict, TrialFacts, acted_verdict
 from trainers.steps import TrialRefused, curve_steps
 from trainers.trial import Reading, measurement
 from agent.loop.approval import hold
+from agent.loop.charges import budget, charged, evaluation, evals_to_pay, fits, once, spent
 from agent.loop.state import Ctx, State
 from agent.run.approvals import why
 from agent.run.extrapolation_model import frozen_guard
@@ -51,13 +50,7 @@ from agent.loop.reporting import refit_plan, report_inputs
 from agent.views.modelcard import write_promotion_cards
 from agent.views.report import write_report
 
-# --- keyed results ---------------------------------------------------------------------
-
-
-def once(path: Path, compute: Callable[[], Any], cls: type) -> Any:
-    """The record stored at `path`, or compute it and store it (atomically) first."""
-    return files.once(path, compute, dump=lambda value: canonical_json(value.model_dump(mode="json")),
-                      load=lambda text: parse_model(cls, text, str(path)))
+# --- the decision at the cursor ------------------------------------------------------
 
 
 def _card(ctx: Ctx, state: State) -> CandidateCard:
@@ -67,46 +60,6 @@ def _card(ctx: Ctx, state: State) -> CandidateCard:
 def _episode_state(state: State) -> EpisodeState:
     return EpisodeState(new_proposals_used=state.get("proposals_authorized", 0), leases_used=state.get("leases_used", 0),
                         trial_gains=tuple(state.get("trial_gains") or ()))
-
-
-def _budget(ctx: Ctx) -> float:
-    return ctx.manifest.budget_device_hours
-
-
-def _spent(ctx: Ctx) -> float:
-    return round(ctx.ledger.spent(ctx.episode_id), 9)
-
-
-def _endpoint_reserve(ctx: Ctx) -> float:
-    """Device-hours kept back for the final parent's test evaluation until it is charged."""
-    paid = ctx.ledger.get(ctx.episode_id, f"endpoint:{ENDPOINT_SPLIT}") is not None
-    return 0.0 if paid else ctx.cost.estimate_eval(1)
-
-
-def _fits(ctx: Ctx, estimate_h: float) -> bool:
-    """Whether a run fits the budget with the endpoint's evaluation still paid for."""
-    return ctx.ledger.can_afford(ctx.episode_id, _budget(ctx), estimate_h + _endpoint_reserve(ctx))
-
-
-def _evaluation(ctx: Ctx, model_dir: str, model_sha: str, split: str, key: str = "") -> dict[str, SuiteResult]:
-    """Evaluate a model on a split once per episode (stored and charged under its hash, or `key`)."""
-    rd = ctx.rundir
-    out = rd.eval_dir(model_sha, split)
-    if not rd.has_evaluation(model_sha, split):
-        start = time.monotonic()
-        results = ctx.ports.evaluate(model_dir, split, str(out))
-        served = provenance(out)  # the run cache's wall-clock: what it cost when it ran
-        rd.write_evaluation(model_sha, split, results, served["wall_seconds"] if served else time.monotonic() - start)
-    wall = rd.eval_wall(model_sha, split)
-    ctx.ledger.charge(ctx.episode_id, key or f"eval:{model_sha}:{split}", kind="eval",
-                      device_hours=ctx.cost.eval_charge(1, wall), wall_seconds=wall, devices=ctx.cost.devices,
-                      detail=f"evaluate {model_sha[:12]} on {split}", cached=was_cached(out))
-    return rd.evaluation(model_sha, split)
-
-
-def _evals_to_pay(ctx: Ctx, shas: list[str], split: str) -> float:
-    """Device-hours still to pay for evaluating these models on a split (stored ones are paid)."""
-    return ctx.cost.estimate_eval(sum(not ctx.rundir.has_evaluation(s, split) for s in set(shas)))
 
 
 # --- propose, filter, select -------------------------------------------------------------
@@ -141,7 +94,7 @@ def select(state: State, runtime: Runtime[Ctx]) -> dict:
     ctx = runtime.context
     stop = ctx.manifest.stop
     cursor = state.get("cursor", 0)
-    if _spent(ctx) >= _budget(ctx):
+    if spent(ctx) >= budget(ctx):
         reason = "budget_exhausted"
     elif state.get("consecutive_rejections", 0) >= stop.max_consecutive_rejections:
         reason = "consecutive_rejections"
@@ -201,7 +154,7 @@ def _measure(ctx: Ctx, card: CandidateCard, parent_val: dict, initial_val: dict,
     g = ctx.manifest.gate
 
     def measure(checkpoint: str):
-        child = _evaluation(ctx, checkpoint, ctx.ports.model_sha(checkpoint), "validation")
+        child = evaluation(ctx, checkpoint, ctx.ports.model_sha(checkpoint), "validation")
         if seen is not None:
             seen["child"] = child
         delta, retention, hard = measurement(child, parent_val, initial_val, target=target_metric(card.family),
@@ -224,13 +177,13 @@ def validate(state: State, runtime: Runtime[Ctx]) -> dict:
     except TrialRefused as exc:  # no bounded trial exists for this card: a Fail that never ran
         return _after_verdict(ctx, _episode_state(state), "fail", f"trial refused: {exc.reason}", refused=exc.reason)
     models = 1 + len(curve_steps(card, fraction))  # the trial's end and its curve's snapshots
-    estimate = trial_h + ctx.cost.estimate_eval(models) + _evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
+    estimate = trial_h + ctx.cost.estimate_eval(models) + evals_to_pay(ctx, [initial.sha256, state["parent_sha"]],
                                                                         "validation")
-    if not ctx.rundir.trial_file(dh).exists() and not _fits(ctx, estimate):
+    if not ctx.rundir.trial_file(dh).exists() and not fits(ctx, estimate):
         return {"trial_verdict": "not_started", "decided_by": "budget: the trial does not fit", "proceed": False,
-                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": _spent(ctx)}
-    initial_val = _evaluation(ctx, initial.dir, initial.sha256, "validation")
-    parent_val = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
+                "refused": f"budget: the trial needs {estimate:.3f} h", "spent_h": spent(ctx)}
+    initial_val = evaluation(ctx, initial.dir, initial.sha256, "validation")
+    parent_val = evaluation(ctx, state["parent_dir"], state["parent_sha"], "validation")
     seen: dict = {}
     result = once(ctx.rundir.trial_file(dh), lambda: _with_paired_se(ctx, card, ctx.ports.trial(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "trial")), f"{ctx.episode_id}:{dh[:16]}:trial",
@@ -288,7 +241,7 @@ def _with_paired_se(ctx: Ctx, card: CandidateCard, trial: TrialResult, seen: Cal
 def _after_verdict(ctx: Ctx, episode: EpisodeState, verdict: str, why: str, refused: str | None = None) -> dict:
     then, _, episode = after_trial(verdict, episode, ctx.manifest.policy.config)
     return {"trial_verdict": verdict, "decided_by": why, "proceed": then == "train", "refused": refused,
-            "leases_used": episode.leases_used, "trial_gains": list(episode.trial_gains), "spent_h": _spent(ctx)}
+            "leases_used": episode.leases_used, "trial_gains": list(episode.trial_gains), "spent_h": spent(ctx)}
 
 
 def after_validate(state: State) -> str:
@@ -302,19 +255,19 @@ def train(state: State, runtime: Runtime[Ctx]) -> dict:
     initial = ctx.manifest.initial
     trial = ctx.rundir.trial(dh)
     prefix = trial.train if card.nu == "continue" and trial is not None else None
-    estimate = ctx.cost.estimate_full(card, prefix.steps if prefix else 0) + ctx.cost.estimate_eval(1) + _evals_to_pay(
+    estimate = ctx.cost.estimate_full(card, prefix.steps if prefix else 0) + ctx.cost.estimate_eval(1) + evals_to_pay(
         ctx, [initial.sha256, state["parent_sha"]], "adoption")
-    if not ctx.rundir.train_file(dh).exists() and not _fits(ctx, estimate):
+    if not ctx.rundir.train_file(dh).exists() and not fits(ctx, estimate):
         return {"train_status": "not_started", "decided_by": "budget: the full run does not fit",
-                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": _spent(ctx)}
+                "refused": f"budget: the full run needs {estimate:.3f} h", "spent_h": spent(ctx)}
     if (no := hold(ctx, state, "train", estimate)) is not None:  # --approve train, answered no
         return {"train_status": "not_started", "decided_by": why(no), "refused": why(no),
-                "spent_h": _spent(ctx)}
+                "spent_h": spent(ctx)}
     result = once(ctx.rundir.train_file(dh), lambda: ctx.ports.train(
         card, state["parent_dir"], str(ctx.rundir.trainer_out(dh, "train")), f"{ctx.episode_id}:{dh[:16]}:train",
         prefix.checkpoint if prefix else None), TrainResult)
     ctx.ledger.charge_run(ctx.episode_id, f"{dh}:train", card, result, ctx.cost, cached=was_cached(result.checkpoint))
-    return {"train_status": "done", "spent_h": _spent(ctx),
+    return {"train_status": "done", "spent_h": spent(ctx),
             "decision_hash": dh, "candidate_id": card.id}  # the same values: observers (the registry) read them
 
 
@@ -323,15 +276,15 @@ def gate(state: State, runtime: Runtime[Ctx]) -> dict:
     ctx = runtime.context
     dh, initial = state["decision_hash"], ctx.manifest.initial
     child = ctx.rundir.train(dh)
-    initial_ad = _evaluation(ctx, initial.dir, initial.sha256, "adoption")
-    parent_ad = _evaluation(ctx, state["parent_dir"], state["parent_sha"], "adoption")
-    child_ad = _evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
+    initial_ad = evaluation(ctx, initial.dir, initial.sha256, "adoption")
+    parent_ad = evaluation(ctx, state["parent_dir"], state["parent_sha"], "adoption")
+    child_ad = evaluation(ctx, child.checkpoint, child.checkpoint_sha256, "adoption")
     verdict = once(ctx.rundir.verdict_file(dh),
                    lambda: ctx.ports.gate(_card(ctx, state), initial_ad, parent_ad, child_ad, child), GateVerdict)
-    if verdict.promote and (no := hold(ctx, state, "promote", _charged(ctx, [f"{dh}:train"])[0])) is not None:
-        return {"verdict": "rollback", "decided_by": why(no), "spent_h": _spent(ctx)}
+    if verdict.promote and (no := hold(ctx, state, "promote", charged(ctx, [f"{dh}:train"])[0])) is not None:
+        return {"verdict": "rollback", "decided_by": why(no), "spent_h": spent(ctx)}
     return {"verdict": "promote" if verdict.promote else "rollback", "decided_by": verdict.decided_by,
-            "spent_h": _spent(ctx)}
+            "spent_h": spent(ctx)}
 
 
 def after_train(state: State) -> str:
@@ -349,12 +302,6 @@ def _outcome(state: State) -> tuple[str, str]:
     if state.get("trial_verdict") and not state.get("proceed"):
         return "trial_failed", f"trial {state['trial_verdict']}: {state['decided_by']}"
     return ("promoted" if state["verdict"] == "promote" else "rolled_back"), f"gate: {state['decided_by']}"
-
-
-def _charged(ctx: Ctx, keys: list[str]) -> tuple[float, float]:
-    """(device-hours, seconds) the ledger charged under these keys."""
-    rows = [r for r in (ctx.ledger.get(ctx.episode_id, k) for k in keys) if r is not None]
-    return sum(r["device_hours"] for r in rows), sum(r["wall_seconds"] for r in rows)
 
 
 def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
@@ -388,8 +335,8 @@ def _effects(ctx: Ctx, state: State, decision: Decision) -> dict[str, Any]:
         out |= {"target_metric": key, "target_gain": _delta(child, parent, key), "gate_decided_by": verdict.decided_by,
                 "retention": {m: d for m in (g.ifeval_prompt_metric, g.ifeval_instruction_metric)
                               if (d := _delta(child, initial, f"{g.ifeval_suite}.{m}")) is not None}}
-    cost, wall = _charged(ctx, keys)
-    out["trial_device_hours"] = round(_charged(ctx, trial_keys)[0], 9)
+    cost, wall = charged(ctx, keys)
+    out["trial_device_hours"] = round(charged(ctx, trial_keys)[0], 9)
     fidelity = ({"trial_delta_val": out["trial_delta"], "full_delta_adoption": out["target_gain"]}
                 if trial and out.get("target_gain") is not None else None)
     return out | {"cost_device_hours": round(cost, 9), "wall_seconds": round(wall, 3), "metrics": metrics,
@@ -444,15 +391,15 @@ def commit(state: State, runtime: Runtime[Ctx]) -> dict:
     return {"seq": event.seq + 1, "cursor": state["cursor"] + 1, "parent_dir": parent_dir, "parent_sha": parent_sha,
             "stage": stage, "lineage": list(lineage),
             "consecutive_rejections": state.get("consecutive_rejections", 0) + 1 if rejected else 0,
-            "spent_h": _spent(ctx), "verdict": state.get("verdict")}
+            "spent_h": spent(ctx), "verdict": state.get("verdict")}
 
 
 def endpoint(state: State, runtime: Runtime[Ctx]) -> dict:
     """Score the final parent once on the held-out test split (charged like any evaluation;
-    `_fits` kept its cost back, so it always fits)."""
+    `fits` kept its cost back, so it always fits)."""
     ctx = runtime.context
-    _evaluation(ctx, state["parent_dir"], state["parent_sha"], ENDPOINT_SPLIT, key=f"endpoint:{ENDPOINT_SPLIT}")
-    return {"spent_h": _spent(ctx)}
+    evaluation(ctx, state["parent_dir"], state["parent_sha"], ENDPOINT_SPLIT, key=f"endpoint:{ENDPOINT_SPLIT}")
+    return {"spent_h": spent(ctx)}
 
 
 def consolidate(state: State, runtime: Runtime[Ctx]) -> dict:
