@@ -1,4 +1,4 @@
-"""agent compare: pure aggregation on hand-checkable episodes; the runner on a fake `agent run`."""
+"""agent compare: pure aggregation (compare_stats) on hand-checkable episodes; the runner on a fake `agent run`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent.experiments import compare as C
+from agent.experiments import compare_stats as S
+from agent.experiments.episodes import cause, endpoint_mean, read_episode
 
 
 def _ep(policy, seed, sql, fin=None, traj=None, **kw):
@@ -29,18 +31,18 @@ def _ep(policy, seed, sql, fin=None, traj=None, **kw):
 
 def test_trajectory_auc_is_the_time_average_over_the_budget():
     ep = _ep("a", 0, 50.0, traj=[[0.0, {"sql": 40.0}], [4.0, {"sql": 40.0}], [6.0, {"sql": 50.0}]])
-    assert C.trajectory_auc(ep) == pytest.approx((40 * 6 + 50 * 4) / 10)
+    assert S.trajectory_auc(ep) == pytest.approx((40 * 6 + 50 * 4) / 10)
 
 
 def test_endpoint_mean_over_target_capabilities():
-    assert C.endpoint_mean(_ep("a", 0, 50.0, fin=30.0)) == 40.0
+    assert endpoint_mean(_ep("a", 0, 50.0, fin=30.0)) == 40.0
 
 
 def test_summarise_hand_checked():
     eps = [_ep("a", s, v) for s, v in enumerate([42.0, 44.0, 46.0])]
     eps += [_ep("b", s, v, wasted_h=w) for s, (v, w) in enumerate([(40.0, 2.0), (41.0, 3.0), (42.0, 4.0)])]
     eps.append({"policy": "b", "seed": 3, "status": "failed", "error": "exit 1"})
-    s = C.summarise(eps)
+    s = S.summarise(eps)
     a = s["policies"]["a"]
     assert a["n"] == 3 and a["endpoint_mean"] == pytest.approx(44.0) and a["endpoint_sd"] == pytest.approx(2.0)
     assert a["promotions"] == 3 and a["authorizations"] == 6 and a["promotion_rate"] == 0.5
@@ -61,13 +63,13 @@ def test_summarise_hand_checked():
 def test_pairing_check_names_the_mismatch():
     eps = [_ep("a", 0, 40.0), _ep("b", 0, 40.0)]
     eps[1]["pairing"]["library_version"] = 2
-    check = C.pairing_check(eps)
+    check = S.pairing_check(eps)
     assert not check["paired"] and check["mismatches"]["0"]["library_version"] == {"a": 1, "b": 2}
 
 
 def test_identical_differences_give_a_zero_width_interval():
     eps = [_ep("a", s, 41.0) for s in range(2)] + [_ep("b", s, 40.0) for s in range(2)]
-    pair = C.summarise(eps)["pairs"]["a_vs_b"]["endpoint"]
+    pair = S.summarise(eps)["pairs"]["a_vs_b"]["endpoint"]
     assert pair["ci95"] == [1.0, 1.0] and pair["sign_flip_p"] == pytest.approx(0.5)
 
 
@@ -211,7 +213,7 @@ def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     from support.graph_fakes import PLAN, run_fake
 
     run_fake(tmp_path)
-    ep = C.read_episode(tmp_path)
+    ep = read_episode(tmp_path)
     promoted_gain = sum(g for a, v, g in PLAN.values() if (a, v) in (("validate", "pass"), ("validate", "inconclusive"),
                                                                     ("train", None)) and g > 0) - 1.0  # X07 is filtered
     assert ep["families"] == ["sql"] and ep["endpoint"]["sql"] == pytest.approx(40.0 + promoted_gain)
@@ -221,11 +223,11 @@ def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):
     # kept), S04's failed trial; their hours are the wasted hours
     lost = {r["card"]: r for r in ep["unpromoted"]}
     assert sorted(lost) == ["S03", "S04"] and sum(r["hours"] for r in lost.values()) == pytest.approx(ep["wasted_h"])
-    assert lost["S03"]["reason"] == "gate: target: gain -3.0 pp" and C.cause(lost["S03"]) == "gate: target"
+    assert lost["S03"]["reason"] == "gate: target: gain -3.0 pp" and cause(lost["S03"]) == "gate: target"
     assert lost["S04"]["outcome"] == "trial_failed" and lost["S04"]["action"] == "validate"
     # a negative number's sign is not part of the rule's name: one cause for every reading
     moved = [{"reason": f"trial inconclusive: target moved {x} pp: below the 1 pp gain"} for x in ("0.8", "-0.95", "+1")]
-    assert {C.cause(r) for r in moved} == {"trial inconclusive: target moved"}
+    assert {cause(r) for r in moved} == {"trial inconclusive: target moved"}
 
 
 def test_where_unpromoted_sums_hours_per_cause_and_names_the_cards():
@@ -236,17 +238,17 @@ def test_where_unpromoted_sums_hours_per_cause_and_names_the_cards():
     b = _ep("a", 1, 40.0) | {"unpromoted": [
         {"card": "S03", "outcome": "rolled_back", "reason": "gate: ifeval_guard: IFEval strict fell 2.4 pp", "hours": 4.0},
         {"outcome": "rolled_back", "hours": 2.0}]}  # a digest stored before reasons were kept
-    where = C.summarise([a, b])["policies"]["a"]["unpromoted"]
+    where = S.summarise([a, b])["policies"]["a"]["unpromoted"]
     assert list(where) == ["gate: ifeval_guard", "rolled_back", "trial fail: successive halving"]
     assert where["gate: ifeval_guard"] == {"n": 2, "hours": 8.0, "cards": {"S03": 2}}
     assert where["rolled_back"] == {"n": 1, "hours": 2.0, "cards": {}}
     from agent.experiments.compare_output import markdown
-    md = markdown(C.summarise([a, b]), {"seeds": [0, 1], "budget": "10h", "config": None, "wall_s": 1.0})
+    md = markdown(S.summarise([a, b]), {"seeds": [0, 1], "budget": "10h", "config": None, "wall_s": 1.0})
     assert "| a | gate: ifeval_guard | 2 | 8.00 | S03 x2 |" in md and "(not recorded)" in md
 
 
 def test_one_paired_seed_gives_a_difference_without_a_p_value():
-    s = C.summarise([_ep("a", 0, 44.0), _ep("b", 0, 41.0)])
+    s = S.summarise([_ep("a", 0, 44.0), _ep("b", 0, 41.0)])
     pair = s["pairs"]["a_vs_b"]["endpoint"]
     assert pair["diffs"] == [3.0] and pair["mean_diff"] == 3.0 and pair["sign_flip_p"] is None and pair["ci95"] is None
 

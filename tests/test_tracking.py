@@ -234,7 +234,7 @@ def test_run_flags_reach_the_config():
 
 
 def test_comparison_is_one_run_that_parents_its_episodes(tmp_path):
-    from agent.experiments import compare as C
+    from agent.experiments.compare_stats import summarise
     from agent.experiments.compare_output import write_outputs
     from agent.views.tracking import EXPERIMENT, Tracker, log_comparison
     from test_compare import _ep
@@ -242,8 +242,8 @@ def test_comparison_is_one_run_that_parents_its_episodes(tmp_path):
     out = tmp_path / "cmp"
     episodes = [_ep("a", s, v) | {"run_dir": str(out / "episodes" / f"a-s{s}")} for s, v in enumerate([42.0, 44.0])]
     episodes += [_ep("b", s, v) | {"run_dir": str(out / "episodes" / f"b-s{s}")} for s, v in enumerate([40.0, 41.0])]
-    write_outputs(out, C.summarise(episodes), episodes, {"policies": ["a", "b"], "seeds": [0, 1], "budget": "10h",
-                                                           "config": None, "jobs": 1, "wall_s": 1.0})
+    write_outputs(out, summarise(episodes), episodes, {"policies": ["a", "b"], "seeds": [0, 1], "budget": "10h",
+                                                         "config": None, "jobs": 1, "wall_s": 1.0})
     said: list = []
     for ep in episodes:  # each episode's own run, as `agent run` started it
         run_dir = Path(ep["run_dir"])

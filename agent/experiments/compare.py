@@ -11,7 +11,8 @@ Three layers, so the statistics are testable without running a model:
   manifest, its bank's events, verdicts and evaluations, through RunDir) as small JSON, and
   `episode_result(digest)` turns it into an EpisodeResult; with `--results DIR` the digests are
   kept in DIR and taken from it instead of running again (agent/experiments/compare_results.py);
-- `summarise(episodes)` is pure aggregation (per policy, per pair of policies);
+- `summarise(episodes)` (agent/experiments/compare_stats.py) is pure aggregation (per policy,
+  per pair of policies);
 - `run_jobs(...)` runs the episodes as `agent run` subprocesses through an executor
   (agent/experiments/executor.py: threads of this machine, or Ray tasks on a cluster), each
   resumable and isolated (its own run directory, bank file and log; a failed job is recorded
@@ -25,9 +26,7 @@ is kept beside it (`endpoint_adoption`).
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import subprocess
 import sys
 import time
@@ -37,126 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from policies.authorize import NEEDS_GONOGO
-from policies.stats import paired_t_interval, sign_flip_test
 from agent.experiments.compare_output import write_outputs
 from agent.config import build_config
 from agent.experiments import compare_results as CR
-from agent.experiments.episodes import (IFEVAL_METRICS, PAIRING_KEYS, EpisodeResult, digest, endpoint_mean,
-                                        episode_result, unit)
-from agent.experiments.episodes import read_episode  # noqa: F401 (compare's reader of one run directory, re-exported)
-from agent.experiments.episodes import cause, where_unpromoted  # noqa: F401 (cause: re-exported)
+from agent.experiments.compare_stats import summarise
+from agent.experiments.episodes import digest, episode_result
 from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome, Progress, say_on_stderr
 from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary
 from agent.run.rundir import RunDir
 from experience_bank.errors import BadInput
 from trainers.ledger import parse_budget
-
-
-def cache_summary(episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Hit ratio and wall-clock saved over the finished episodes."""
-    uses = [e["cache"] for e in episodes if e.get("status") == "done" and "cache" in e]
-    hits, charges = sum(u["hits"] for u in uses), sum(u["charges"] for u in uses)
-    return {"hits": hits, "charges": charges, "hit_ratio": hits / charges if charges else None,
-            "saved_s": round(sum(u["saved_s"] for u in uses), 3)}
-
-
-# --- pure aggregation ------------------------------------------------------------------------
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def _sd(xs: list[float]) -> float | None:
-    if len(xs) < 2:
-        return None
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-
-
-
-
-def trajectory_auc(ep: EpisodeResult) -> float | None:
-    """Time-average of the endpoint mean over the budget: the area under the step function
-    score(device-hours spent), held after the last event up to the budget, divided by the span."""
-    span = max(ep["budget_h"], ep["trajectory"][-1][0])
-    points = [(h, sum(t.get(f, math.nan) for f in ep["families"]) / len(ep["families"])) for h, t in ep["trajectory"]]
-    if span <= 0 or any(math.isnan(v) for _, v in points):
-        return None
-    area = sum(v * (nxt - h) for (h, v), (nxt, _) in zip(points, points[1:] + [(span, 0.0)]))
-    return area / span
-
-
-def _policy_summary(eps: list[EpisodeResult], families: list[str]) -> dict[str, Any]:
-    def col(fn) -> list[float]:
-        return [v for v in (fn(e) for e in eps) if v is not None]
-
-    endpoints = col(endpoint_mean)
-    return {
-        "n": len(eps), "seeds": [e["seed"] for e in eps],
-        "endpoint_mean": _mean(endpoints), "endpoint_sd": _sd(endpoints),
-        "endpoint_adoption_mean": _mean(col(lambda e: endpoint_mean(e, "endpoint_adoption"))),
-        "per_capability": {f: _mean(col(lambda e, f=f: e["endpoint"].get(f))) for f in families},
-        "ifeval": {k: _mean(col(lambda e, k=k: e["ifeval"].get(k))) for k in IFEVAL_METRICS},
-        # the initial parent is scored on adoption only, so the change is read there
-        "ifeval_drop_vs_initial": {k: _mean(col(lambda e, k=k: None if None in (e["ifeval_adoption"].get(k),
-                                                                                 e["ifeval_initial"].get(k))
-                                                 else e["ifeval_adoption"][k] - e["ifeval_initial"][k]))
-                                   for k in IFEVAL_METRICS},
-        "promotions": sum(e["promotions"] for e in eps), "authorizations": sum(e["authorizations"] for e in eps),
-        "promotion_rate": (sum(e["promotions"] for e in eps) / sum(e["authorizations"] for e in eps)
-                           if sum(e["authorizations"] for e in eps) else None),
-        "trajectory_auc": _mean(col(trajectory_auc)), "wasted_h": _mean(col(lambda e: e["wasted_h"])),
-        "spent_h": _mean(col(lambda e: e["spent_h"])), "unpromoted": where_unpromoted(eps),
-    }
-
-
-def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], metric) -> dict[str, Any]:
-    seeds = sorted(s for s in set(by_seed[a]) & set(by_seed[b])
-                   if metric(by_seed[a][s]) is not None and metric(by_seed[b][s]) is not None)
-    xa, xb = [metric(by_seed[a][s]) for s in seeds], [metric(by_seed[b][s]) for s in seeds]
-    out: dict[str, Any] = {"seeds": seeds, "diffs": [x - y for x, y in zip(xa, xb)], "mean_diff": None,
-                           "ci95": None, "sign_flip_p": None}
-    if seeds:
-        out["mean_diff"] = sum(out["diffs"]) / len(seeds)
-    if len(seeds) >= 2:  # one pair has no sign-flip distribution: its p stays None
-        out["sign_flip_p"] = sign_flip_test(out["diffs"])
-    if len(seeds) >= 2 and len(set(out["diffs"])) > 1:
-        _, lo, hi = paired_t_interval(xa, xb)
-        out["ci95"] = [lo, hi]
-    elif len(seeds) >= 2:
-        out["ci95"] = [out["mean_diff"], out["mean_diff"]]  # identical differences: a zero-width interval
-    return out
-
-
-def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Per policy and per pair of policies, over finished episodes (failed ones are listed apart)."""
-    ok = [e for e in episodes if e["status"] == "done"]
-    failed = [{k: e[k] for k in ("policy", "seed", "world_seed", "status", "error") if k in e}
-              for e in episodes if e["status"] != "done"]
-    policies = list(dict.fromkeys(e["policy"] for e in episodes))
-    families = sorted({f for e in ok for f in e["families"]})
-    by_seed = {p: {unit(e): e for e in ok if e["policy"] == p} for p in policies}
-    pairs = {f"{a}_vs_{b}": {"endpoint": _pair(a, b, by_seed, endpoint_mean),
-                             "endpoint_adoption": _pair(a, b, by_seed, lambda e: endpoint_mean(e, "endpoint_adoption")),
-                             "trajectory_auc": _pair(a, b, by_seed, trajectory_auc),
-                             "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
-             for a, b in itertools.combinations(policies, 2)}
-    return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
-            "pairs": pairs, "families": families, "failed": failed, "pairing": pairing_check(ok),
-            "cache": cache_summary(ok)}
-
-
-def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Per seed (pairing unit), the manifest values that differ across policies (empty = properly paired)."""
-    problems: dict[str, Any] = {}
-    for seed in sorted({unit(e) for e in episodes}, key=str):
-        group = [e for e in episodes if unit(e) == seed]
-        for key in PAIRING_KEYS:
-            values = {json.dumps(e["pairing"].get(key), sort_keys=True) for e in group}
-            if len(values) > 1:
-                problems.setdefault(str(seed), {})[key] = {e["policy"]: e["pairing"].get(key) for e in group}
-    return {"paired": not problems, "mismatches": problems}
 
 
 # --- running the episodes ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""compare.md, compare.json and the figures of `agent compare`, from `compare.summarise`'s output."""
+"""compare.md, compare.json and the figures of `agent compare`, from `compare_stats.summarise`'s output."""
 
 from __future__ import annotations
 
