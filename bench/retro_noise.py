@@ -5,8 +5,10 @@
 
 A seeded retrospective (issue 26) runs every cell at K training seeds; a seed's full-run effect is
 the intervention minus its trained matched control on the same 200 adoption items (target suite,
-IFEval). pool_classes decides classes on the spread of those effects pooled per (family, method),
-and retro_mix.precision turns that spread into the seeds a zero effect needs to be decided. Two
+IFEval). pool_classes decides classes on the spread of those effects pooled per pool group
+(retro_cells.pool_group; per (family, method) until 5 Dec 2026, which is how this decomposition
+groups the v4 and v5 cells it was published for), and retro_mix.precision turns that spread into
+the seeds a zero effect needs to be decided. Two
 different things make the spread, and they have different cures:
 - item-sampling noise of the evaluation: which items a model happens to get right; more items
   shrink it;

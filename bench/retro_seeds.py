@@ -7,8 +7,10 @@ A projection from committed seeded retrospectives (their `cells.jsonl`): every c
 between-seed spread of each class metric (target, IFEval prompt and instruction strict) is held as
 measured, and the interval it would have at K seeds is mean +- t(df) s / sqrt(K), under two rules:
 
-- `group`: the class rule of the table (retro_cells.pool_classes): s pooled over the cells of one
-  (family, method), df = cells (K - 1);
+- `group`: the class rule of the v4 and v5 tables, whose cells.jsonl this reads: s pooled over the
+  cells of one (family, method), df = cells (K - 1). From 5 Dec 2026 the table pools within
+  retro_cells.pool_group (family, method, adapter kind, learning rate) instead; a v5 cell does not
+  record its recipe, so this projection keeps the rule its published figures were made with;
 - `own`: each cell's own spread, df = K - 1 (what pooling over variance-homogeneous cells only, e.g.
   after a Levene test, tends to where one unstable cell widens its group).
 
@@ -52,7 +54,7 @@ NEUTRAL = {"95 %": 0.95, "TOST 5 %": 0.90}
 
 def moments(cells: Sequence[dict[str, Any]], rule: str) -> list[dict[str, tuple[float, float, int]]]:
     """Per cell and class metric: (mean, spread s, cells sharing s) under `rule`; the group's s is
-    policies.stats.pooled_sd's, as the table's class rule pools it."""
+    policies.stats.pooled_sd's, as the v4/v5 tables' class rule pooled it."""
     if rule not in RULES:
         raise BadInput(f"unknown pooling rule {rule!r}: use one of {', '.join(RULES)}")
     groups: dict[tuple[str, str], list[int]] = {}

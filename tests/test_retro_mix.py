@@ -7,14 +7,17 @@ import math
 import pytest
 from scipy import stats as sps
 
+from agent.experiments.retro_cells import pool_group
 from agent.experiments.retro_mix import MIN_PER_CLASS, mix, precision
 from policies.stats import pooled_sd, seeds_to_resolve
 
 
-def _cell(cid: str, family: str, cls: str, target=(0.0, 0.0, 0.0), ifeval=(0.0, 0.0, 0.0), method="sft") -> dict:
+def _cell(cid: str, family: str, cls: str, target=(0.0, 0.0, 0.0), ifeval=(0.0, 0.0, 0.0), method="sft",
+          lr=1e-4) -> dict:
     by_seed = [{"seed": i, "full_target": t, "full_ifeval": {"prompt_strict": p, "inst_strict": 0.0}}
                for i, (t, p) in enumerate(zip(target, ifeval))]
-    return {"id": cid, "family": family, "method": method, "outcome_class": cls, "by_seed": by_seed}
+    return {"id": cid, "family": family, "method": method, "outcome_class": cls, "by_seed": by_seed,
+            "pool_group": pool_group(family, method, "full", lr)}
 
 
 def test_mix_counts_classes_per_family_and_names_each_shortfall():
@@ -47,14 +50,17 @@ def test_seeds_to_resolve_is_the_first_k_whose_zero_interval_fits_the_margin():
     assert seeds_to_resolve(0.0, 4, 1.0) == 2 and seeds_to_resolve(math.nan, 4, 1.0) is None
 
 
-def test_precision_groups_by_family_and_method_and_reads_the_worse_ifeval():
+def test_precision_groups_by_pool_group_and_reads_the_worse_ifeval():
     cells = [_cell("S1", "finance", "neutral", target=(0.0, 1.0, 2.0), ifeval=(0.0, 0.0, 0.0)),
              _cell("S2", "finance", "neutral", target=(5.0, 5.0, 5.0), ifeval=(-1.0, 0.0, 1.0)),
+             _cell("S3", "finance", "uncertain", target=(0.0, 9.0, 18.0), lr=3e-3),  # its own rate: its own group
              _cell("G1", "finance", "uncertain", target=(0.0, 4.0, 8.0), method="grpo"),
              _cell("X1", "sql", "beneficial", target=(3.0,))]  # one seed: no spread, no group
     p = precision(cells)
-    assert [(r["family"], r["method"], r["cells"], r["seeds"], r["df"]) for r in p] == [
-        ("finance", "grpo", 1, 3, 2), ("finance", "sft", 2, 3, 4)]
+    assert [(r["family"], r["method"], r["learning_rate"], r["ids"], r["seeds"], r["df"]) for r in p] == [
+        ("finance", "grpo", 1e-4, ["G1"], 3, 2), ("finance", "sft", 1e-4, ["S1", "S2"], 3, 4),
+        ("finance", "sft", 3e-3, ["S3"], 3, 2)]
+    assert p[2]["sd_target_pp"] == pytest.approx(9.0)
     sft = p[1]
     assert sft["sd_target_pp"] == pytest.approx(math.sqrt(0.5)) and sft["sd_ifeval_pp"] == pytest.approx(math.sqrt(0.5))
     assert sft["seeds_to_decide_neutral"] == seeds_to_resolve(math.sqrt(0.5), 2, 1.0)

@@ -60,11 +60,23 @@ class Steps:
 
 
 @dataclass(frozen=True)
+class Adapter:
+    kind: str = "full"
+
+
+@dataclass(frozen=True)
+class HParams:
+    learning_rate: float = 1e-4
+
+
+@dataclass(frozen=True)
 class Card:
     id: str
     family: str
     method: str
     budget: Steps = Steps()
+    adapter: Adapter = Adapter()
+    hparams: HParams = HParams()
 
 
 class FakePorts:

@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from support import bank_factory as bf
 from agent.experiments import retrospective as R
-from agent.experiments.retro_cells import pool_classes
+from agent.experiments.retro_cells import pool_classes, pool_group
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from policies import PolicyConfig
@@ -51,11 +51,11 @@ def test_pooled_intervals_by_hand():
     assert pooled_mean_intervals([[1.0], [2.0]]) == [(1.0, None), (2.0, None)]  # nothing to pool
 
 
-def _seeded(cid: str, family: str, target: list[float]) -> dict:
+def _seeded(cid: str, family: str, target: list[float], lr: float = 1e-4) -> dict:
     by_seed = [{"seed": i, "full_target": t, "full_ifeval": {"prompt_strict": 0.0, "inst_strict": 0.0}}
                for i, t in enumerate(target)]
     return {"id": cid, "family": family, "method": "sft", "outcome_class": "uncertain", "by_seed": by_seed,
-            "full": {"sanity_failures": []}}
+            "full": {"sanity_failures": []}, "pool_group": pool_group(family, "sft", "full", lr)}
 
 
 def test_pooling_decides_a_cell_its_own_two_degrees_of_freedom_leave_uncertain():
@@ -68,6 +68,21 @@ def test_pooling_decides_a_cell_its_own_two_degrees_of_freedom_leave_uncertain()
     assert out["A"]["ci95_pooled"]["target"] == pytest.approx([3.5 - half, 3.5 + half])
     assert out["A"]["outcome_class"] == "beneficial" and out["A"]["outcome_class_per_cell"] == "uncertain"
     assert out["Q0"]["outcome_class"] == "neutral" and out["F"]["outcome_class"] == "uncertain"
+
+
+def test_a_card_at_another_learning_rate_pools_apart_from_its_family_and_method():
+    # Q: target -0.2, 0.0, +0.2 (sd 0.2), own interval 0 +- 4.30 * 0.2 / sqrt 3 = +-0.50: neutral.
+    # X, same family and method at an aggressive rate, spreads -6, 0, +6 (sd 6): pooled with it, Q's
+    # interval would be 0 +- 2.78 * sqrt((0.04 + 36) / 2) / sqrt 3 = +-6.8, uncertain.
+    quiet, wild = [-0.2, 0.0, 0.2], [-6.0, 0.0, 6.0]
+    apart = {c["id"]: c for c in pool_classes([_seeded("Q", "sql", quiet), _seeded("X", "sql", wild, lr=5e-4)])}
+    own = sps.t.ppf(0.975, 2) * 0.2 / math.sqrt(3)  # a group of one: its own spread on 2 df
+    assert apart["Q"]["ci95_pooled"]["target"] == pytest.approx([-own, own]) and apart["Q"]["outcome_class"] == "neutral"
+    assert apart["X"]["outcome_class"] == "uncertain"
+    together = {c["id"]: c for c in pool_classes([_seeded("Q", "sql", quiet), _seeded("X", "sql", wild)])}
+    half = sps.t.ppf(0.975, 4) * math.sqrt((0.08 + 72) / 4) / math.sqrt(3)
+    assert together["Q"]["ci95_pooled"]["target"] == pytest.approx([-half, half])
+    assert together["Q"]["outcome_class"] == "uncertain"
 
 
 def test_mean_interval_by_hand():

@@ -53,16 +53,38 @@ def full_values(cell: dict[str, Any], metric: str) -> list[float]:
     return [b["full_target"] if metric == "target" else b["full_ifeval"][metric] for b in cell["by_seed"]]
 
 
+def pool_group(family: str, method: str, adapter: str, learning_rate: float) -> list[Any]:
+    """The key of the cells whose between-seed spreads are pooled: one family, method, adapter kind and
+    learning rate. Such cells share their matched controls and their recipe's training noise; a card
+    with another adapter or rate does not: on every v5 world the aggressive-rate cards G03 and S12
+    spread 2 to 19 times as much on the target as their family's cards at the standard rate, so
+    pooling them with those widened the neighbours' intervals and narrowed their own
+    (docs/results/worlds-v6.md, "The pooling group")."""
+    return [family, method, adapter, learning_rate]
+
+
+def card_pool_group(card: Any) -> list[Any]:
+    """pool_group of a candidate card (experience_bank.records.CandidateCard)."""
+    return pool_group(card.family, card.method, card.adapter.kind, card.hparams.learning_rate)
+
+
+def pooled_groups(cells: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[int]]:
+    """Each cell's `pool_group` (set where the table is written) -> the indices of its cells with
+    more than one seed, in order."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(cells):
+        if len(c.get("by_seed") or ()) > 1:
+            groups.setdefault(tuple(c["pool_group"]), []).append(i)
+    return groups
+
+
 def pool_classes(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The seeded cells with their classes decided on pooled intervals (policies.stats.pooled_mean_intervals):
-    per metric, the between-seed spread is pooled over the cells of one (family, method), which share
+    per metric, the between-seed spread is pooled over the cells of one pool_group, which share
     their controls and their noise, so that three seeds give intervals on the group's degrees of
     freedom rather than two. Each cell keeps its own-spread class as `outcome_class_per_cell` and its
     pooled intervals as `ci95_pooled`; a cell of one seed, or a group with no spread to pool, is as it was."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, c in enumerate(cells):
-        if len(c.get("by_seed") or ()) > 1:
-            groups.setdefault((c["family"], c["method"]), []).append(i)
+    groups = pooled_groups(cells)
     out = list(cells)
     for members in groups.values():
         ci = {m: pooled_mean_intervals([full_values(cells[i], m) for i in members]) for m in CLASS_METRICS}

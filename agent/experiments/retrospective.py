@@ -31,8 +31,9 @@ single-seed table is today's); a full run with a failed sanity check on any seed
 cell whose intervals straddle a class boundary is "uncertain": it is counted apart and left
 out of every figure of summary.json (each says how many it left out). The intervals that decide
 are pooled (retro_cells.pool_classes): per metric, the between-seed spread of the cells of one
-(family, method), which share their controls' noise, on the group's degrees of freedom (8 for
-four cells at three seeds, t = 2.31) rather than a cell's own two (t = 4.30). Each cell keeps its
+pool group (retro_cells.pool_group: family, method, adapter kind and learning rate), which share
+their controls' and their recipe's noise, on the group's degrees of freedom (6 for three cells at
+three seeds, t = 2.45) rather than a cell's own two (t = 4.30). Each cell keeps its
 own-spread interval (`ci95`) and class (`outcome_class_per_cell`) beside, and summary.json both counts.
 
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
@@ -67,7 +68,7 @@ from agent.experiments.executor import (Executor, Job, LocalExecutor, Outcome, P
                                         task_resources)
 from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
-    FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, interval_class, pool_classes, summarise_cells,
+    FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, card_pool_group, interval_class, pool_classes, summarise_cells,
 )
 from agent.experiments.retro_mix import mix, precision
 from agent.experiments.retro_run import CellPorts, _once, _trial_verdict, run_cell
@@ -260,7 +261,8 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
         if errors:
             failed[c.id] = "; ".join(errors)[:500]
             continue
-        done.append(seeded_cell([o.value for o in mine]) | {"features": features[c.id].model_dump(mode="json")})
+        done.append(seeded_cell([o.value for o in mine]) | {"features": features[c.id].model_dump(mode="json"),
+                                                             "pool_group": card_pool_group(c)})
     done = pool_classes(done)  # a cell's class reads its group's pooled spread: after every cell is in
     for cell in done:
         write_atomic(out / "cells" / cell["id"] / "cell.json",
