@@ -57,9 +57,9 @@ def test_precision_groups_by_pool_group_and_reads_the_worse_ifeval():
              _cell("G1", "finance", "uncertain", target=(0.0, 4.0, 8.0), method="grpo"),
              _cell("X1", "sql", "beneficial", target=(3.0,))]  # one seed: no spread, no group
     p = precision(cells)
-    assert [(r["family"], r["method"], r["learning_rate"], r["ids"], r["seeds"], r["df"]) for r in p] == [
-        ("finance", "grpo", 1e-4, ["G1"], 3, 2), ("finance", "sft", 1e-4, ["S1", "S2"], 3, 4),
-        ("finance", "sft", 3e-3, ["S3"], 3, 2)]
+    assert [(r["family"], r["method"], r["relative_rate"], r["ids"], r["seeds"], r["df"]) for r in p] == [
+        ("finance", "grpo", 10.0, ["G1"], 3, 2), ("finance", "sft", 1.0, ["S1", "S2"], 3, 4),
+        ("finance", "sft", 30.0, ["S3"], 3, 2)]
     assert p[2]["sd_target_pp"] == pytest.approx(9.0)
     sft = p[1]
     assert sft["sd_target_pp"] == pytest.approx(math.sqrt(0.5)) and sft["sd_ifeval_pp"] == pytest.approx(math.sqrt(0.5))

@@ -70,6 +70,15 @@ def test_pooling_decides_a_cell_its_own_two_degrees_of_freedom_leave_uncertain()
     assert out["Q0"]["outcome_class"] == "neutral" and out["F"]["outcome_class"] == "uncertain"
 
 
+def test_the_pool_group_is_the_rate_relative_to_the_adapters_standard():
+    from agent.world.catalogue import GRPO_LR, LORA_GRPO_LR, LORA_SFT_LR, SFT_LR
+    assert pool_group("sql", "sft", "lora", LORA_SFT_LR) == pool_group("sql", "sft", "full", SFT_LR) == ["sql", "sft", 1.0]
+    assert pool_group("sql", "grpo", "lora", LORA_GRPO_LR) == pool_group("sql", "grpo", "full", GRPO_LR)
+    assert pool_group("function", "sft", "full", 3e-3) == ["function", "sft", 30.0]  # S12, the aggressive card
+    assert pool_group("finance", "grpo", "full", 5e-4) != pool_group("finance", "grpo", "full", GRPO_LR)
+    assert pool_group("finance", "sft", "full", SFT_LR) != pool_group("sql", "sft", "full", SFT_LR)
+
+
 def test_a_card_at_another_learning_rate_pools_apart_from_its_family_and_method():
     # Q: target -0.2, 0.0, +0.2 (sd 0.2), own interval 0 +- 4.30 * 0.2 / sqrt 3 = +-0.50: neutral.
     # X, same family and method at an aggressive rate, spreads -6, 0, +6 (sd 6): pooled with it, Q's

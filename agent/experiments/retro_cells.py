@@ -14,6 +14,7 @@ from experience_bank.results import SHORT_FRACTIONS
 from policies import outcomes
 from policies.stats import clopper_pearson, pooled_mean_intervals, spearman
 from agent.config import RunConfig
+from agent.world import catalogue
 
 FRACTIONS = SHORT_FRACTIONS
 DEFAULTS = RunConfig()
@@ -53,14 +54,22 @@ def full_values(cell: dict[str, Any], metric: str) -> list[float]:
     return [b["full_target"] if metric == "target" else b["full_ifeval"][metric] for b in cell["by_seed"]]
 
 
+def standard_rate(method: str, adapter: str) -> float:
+    """The catalogue's learning rate for a method and adapter kind (its constants, the owner; a LoRA
+    rate is ten times the full-weight one, the usual ratio, so the two are the same step)."""
+    return {("sft", "full"): catalogue.SFT_LR, ("sft", "lora"): catalogue.LORA_SFT_LR,
+            ("grpo", "full"): catalogue.GRPO_LR, ("grpo", "lora"): catalogue.LORA_GRPO_LR}[(method, adapter)]
+
+
 def pool_group(family: str, method: str, adapter: str, learning_rate: float) -> list[Any]:
-    """The key of the cells whose between-seed spreads are pooled: one family, method, adapter kind and
-    learning rate. Such cells share their matched controls and their recipe's training noise; a card
-    with another adapter or rate does not: on every v5 world the aggressive-rate cards G03 and S12
-    spread 2 to 19 times as much on the target as their family's cards at the standard rate, so
-    pooling them with those widened the neighbours' intervals and narrowed their own
-    (docs/results/worlds-v6.md, "The pooling group")."""
-    return [family, method, adapter, learning_rate]
+    """The key of the cells whose between-seed spreads are pooled: one family and method, at one
+    learning rate relative to its adapter kind's standard rate (standard_rate). Such cells share their
+    matched controls and their step size's training noise; a card at another relative rate does not:
+    on every v5 world the aggressive-rate cards G03 and S12 spread 2 to 19 times as much on the target
+    as their family's cards at the standard rate, so pooling them with those widened the neighbours'
+    intervals and narrowed their own, while the LoRA cards at their standard rate spread as the full-
+    weight ones (docs/results/worlds-v6.md, "The pooling group")."""
+    return [family, method, round(learning_rate / standard_rate(method, adapter), 6)]
 
 
 def card_pool_group(card: Any) -> list[Any]:

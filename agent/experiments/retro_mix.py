@@ -7,8 +7,8 @@ verdict:
 - `mix`: the classes per family, and whether the world meets item 3 ("beneficial, harmful and
   neutral cells in each family, at least MIN_PER_CLASS of each class overall"; uncertain cells
   count for nothing).
-- `precision`: per pool group (retro_cells.pool_group: family, method, adapter kind, learning
-  rate), the cells whose spread pool_classes pools, its pooled
+- `precision`: per pool group (retro_cells.pool_group: family, method, learning rate relative to
+  the adapter kind's standard), the cells whose spread pool_classes pools, its pooled
   between-seed spread of each class metric and the seeds a cell would need before even a zero
   effect is decided: on the target, inside the neutral band (+-MIN_EFFECT_PP), and on IFEval,
   above the guard (-IFEVAL_DROP_PP). Where the seeds run now are fewer, no cell of the group can
@@ -43,16 +43,16 @@ def mix(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def precision(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per pool group of seeded cells (retro_cells.pooled_groups: family, method, adapter, learning
-    rate): its pooled spread per class metric (pp) and the seeds per cell at which a zero effect is
-    decided (None: more than 50)."""
+    """Per pool group of seeded cells (retro_cells.pooled_groups: family, method, learning rate
+    relative to the standard): its pooled spread per class metric (pp) and the seeds per cell at
+    which a zero effect is decided (None: more than 50)."""
     out = []
-    for (family, method, adapter, lr), idx in sorted(pooled_groups(cells).items()):
+    for (family, method, rate), idx in sorted(pooled_groups(cells).items()):
         members = [cells[i] for i in idx]
         spread = {m: pooled_sd([full_values(c, m) for c in members]) for m in CLASS_METRICS}
         sd_target, df = spread["target"]
         sd_ifeval = max(spread[m][0] for m in IFEVAL)
-        out.append({"family": family, "method": method, "adapter": adapter, "learning_rate": lr,
+        out.append({"family": family, "method": method, "relative_rate": rate,
                     "cells": len(members), "ids": [c["id"] for c in members],
                     "seeds": min(len(c["by_seed"]) for c in members), "df": df,
                     "sd_target_pp": sd_target, "sd_ifeval_pp": sd_ifeval,

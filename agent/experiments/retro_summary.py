@@ -58,8 +58,8 @@ def _seeds(led: dict[str, Any]) -> str:
         return f"seed {seeds[0]}"
     return (f"training seeds {', '.join(map(str, seeds))}: each effect is the mean over the seeds, a cell's class "
             "is decided only where its 95 % Student-t intervals clear the class boundary (policies/outcomes.py), the "
-            "between-seed spread pooled over the cells of its family, method, adapter kind and learning rate "
-            "(retro_cells.pool_group)")
+            "between-seed spread pooled over the cells of its family and method at the same learning rate relative "
+            "to the standard (retro_cells.pool_group)")
 
 
 def _uncertain(t: dict[str, Any]) -> str:
@@ -90,9 +90,9 @@ def _mix_lines(t: dict[str, Any]) -> list[str]:
                   "runs, and the seeds per cell at which a zero effect would be decided, on the target inside the "
                   "neutral band, on IFEval above the guard. Where the seeds run are fewer, no cell of the group can be "
                   "classed neutral (or retention-safe) however small its effect.", "",
-                  "| family | method | adapter, learning rate | cells x seeds | SD target pp | SD IFEval pp (worse of the "
+                  "| family | method | rate (x standard) | cells x seeds | SD target pp | SD IFEval pp (worse of the "
                   "two) | seeds for neutral | seeds for IFEval-safe |", "|---|---|---|---|---|---|---|---|",
-                  *[f"| {p['family']} | {p['method']} | {p['adapter']} {p['learning_rate']:g} | "
+                  *[f"| {p['family']} | {p['method']} | {p['relative_rate']:g} | "
                     f"{', '.join(p['ids'])} x {p['seeds']} | {p['sd_target_pp']:.2f} | "
                     f"{p['sd_ifeval_pp']:.2f} | {_seeds_text(p['seeds_to_decide_neutral'])} | "
                     f"{_seeds_text(p['seeds_to_decide_retention'])} |" for p in t["precision"]], ""]

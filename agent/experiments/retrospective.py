@@ -31,9 +31,9 @@ single-seed table is today's); a full run with a failed sanity check on any seed
 cell whose intervals straddle a class boundary is "uncertain": it is counted apart and left
 out of every figure of summary.json (each says how many it left out). The intervals that decide
 are pooled (retro_cells.pool_classes): per metric, the between-seed spread of the cells of one
-pool group (retro_cells.pool_group: family, method, adapter kind and learning rate), which share
-their controls' and their recipe's noise, on the group's degrees of freedom (6 for three cells at
-three seeds, t = 2.45) rather than a cell's own two (t = 4.30). Each cell keeps its
+pool group (retro_cells.pool_group: family and method at one learning rate relative to the
+standard), which share their controls' and their step size's noise, on the group's degrees of
+freedom (6 for three cells at three seeds, t = 2.45) rather than a cell's own two (t = 4.30). Each cell keeps its
 own-spread interval (`ci95`) and class (`outcome_class_per_cell`) beside, and summary.json both counts.
 
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
