@@ -3,11 +3,11 @@ and the class its own spread decides once every seed is in.
 
 A retrospective keeps each finished (cell, seed) in its --results directory
 (`cells/<id>/s<seed>/cell.json`) as it goes, but writes its table only at the end, with the
-intervals pooled within family and method. This reads the per-seed files through the
+intervals pooled within each pool group. This reads the per-seed files through the
 retrospective's own `seeded_cell` (the owner of a cell's means, intervals and class), so a partial
 measurement can be committed with its state. Beside each cell's own-spread class it prints the class
 the retrospective's `pool_classes` gives on the cells finished so far (all seeds in), pooled within
-their pool group (family, method, adapter kind, learning rate: retro_cells.pool_group): a preview,
+their pool group (family, method, relative learning rate: retro_cells.pool_group): a preview,
 since the table's pool holds every cell of the group and its spread moves as cells finish. The
 preview needs the cards: the measurement's world in $AGENT_CACHE (AGENT_WORLD_NUMERICS as it was
 built) and its catalogue this code's (the ledger's catalogue_sha256).
@@ -67,14 +67,14 @@ def rows(results: Path, seeds: int, cards: Sequence[Any] | None = None) -> list[
 
     out = []
     found = per_seed(results)
+    seeded = {cid: seeded_cell(cells) for cid, cells in found.items()}
     pooled: dict[str, str] = {}
     if cards is not None:
         groups = {c.id: card_pool_group(c) for c in cards}
-        complete = [seeded_cell(cells) | {"pool_group": groups[cid]} for cid, cells in found.items()
-                    if len(cells) >= seeds]
+        complete = [seeded[cid] | {"pool_group": groups[cid]} for cid, cells in found.items() if len(cells) >= seeds]
         pooled = {c["id"]: c["outcome_class"] for c in pool_classes(complete)}
     for cid, cells in found.items():
-        cell = seeded_cell(cells)
+        cell = seeded[cid]
         ci = (cell["ci95"] or {}).get("full") or {}
         out.append({"id": cid, "family": cell["family"], "method": cell["method"], "seeds": len(cells),
                     "target": cell["full"]["target"], "target_ci": ci.get("target"),
@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cards is None:
             print(f"(no pooled preview for {results}: its world is not in $AGENT_CACHE, with the numerics it was "
                   "built with, or its catalogue is not this code's)\n")
-        print(f"## {results}: {sum(r['seeds'] for r in found)} cell seeds finished; classes {counts(found)} (own spread), {counts(found, 'pooled')} (pooled so far)\n")
+        print(f"## {results}: {sum(r['seeds'] for r in found)} cell seeds finished; classes {counts(found)} "
+              f"(own spread), {counts(found, 'pooled')} (pooled so far)\n")
         print(table(found))
         print(f"seeds by the machine that trained them (kernel level, numerics fingerprint): {machines(results)}\n")
     return 0
