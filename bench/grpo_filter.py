@@ -13,7 +13,8 @@ is (agent/experiments/retrospective.WorldPorts.evaluate), by default on the adop
 run is (1,000 target items, sql/target its whole split; 1,000 IFEval prompts), against the base on
 the same items.
 
-An SFT card (a recipe tried at another learning rate, `--lr`) runs as-is only: the filter is
+An SFT card (a recipe tried at another learning rate, `--lr`, or with another card's recipe,
+`--recipe-of S12`: the aggressive cards' schedule on this card's data) runs as-is only: the filter is
 GRPO's. Reported per (card, variant, seed): the share of candidate prompts that were informative, the
 reward over the first and last quarter of the run's logged steps and its groups with no signal
 (trainers.run.reward_signal), the target and IFEval prompt-strict change against the base (pp),
@@ -75,6 +76,24 @@ def with_lr(card: Any, lr: float) -> Any:
     return CandidateCard.model_validate(body)
 
 
+RECIPE = ("learning_rate", "lr_scheduler", "warmup_ratio", "beta", "temperature")
+"""What `--recipe-of` takes from the donor card: its optimiser schedule and, for GRPO, its KL weight and
+sampling temperature; the data, steps, rewards and adapter stay the card's own."""
+
+
+def with_recipe(card: Any, donor: Any) -> Any:
+    """The card trained with the donor card's recipe (RECIPE), validated as any card is; the donor must
+    be of the card's method (an SFT recipe has no KL weight or temperature)."""
+    from experience_bank.records import CandidateCard
+
+    if donor.method != card.method:
+        raise BadInput(f"--recipe-of {donor.id} is a {donor.method} card and {card.id} a {card.method} card: "
+                       f"give a donor of the same method")
+    body = card.model_dump()
+    body["hparams"] |= {k: getattr(donor.hparams, k) for k in RECIPE}
+    return CandidateCard.model_validate(body)
+
+
 def with_filter(card: Any, on: bool) -> Any:
     """The card with the prompt filter on or off (a GRPO card; an SFT card is returned as it is).
     Catalogue v6's GRPO cards ask for it, so "as-is" (v4/v5's rows) is the card with it off."""
@@ -118,6 +137,18 @@ def summary(rows: Sequence[dict[str, Any]], base: dict[str, dict[str, float]]) -
     return out
 
 
+def _variant(world: Any, cid: str, lr: float | None, donor: str | None) -> tuple[str, Any]:
+    """(name, card) of card `cid` as asked: its own, at another rate, or with another card's recipe."""
+    from agent.world.catalogue import card_by_id
+
+    card = card_by_id(world, cid)
+    if donor is not None:
+        card, cid = with_recipe(card, card_by_id(world, donor)), f"{cid}@{donor}"
+    if lr is not None:
+        card, cid = with_lr(card, lr), f"{cid}@lr{lr:g}"
+    return cid, card
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="default")
@@ -131,9 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "retrospective's full runs) or validation (200, as a trial)")
     p.add_argument("--lr", type=float, default=None, help="run the cards at this learning rate instead of their own "
                    "(a recipe being tried: its runs and rows are kept under OUT/<card>@lr<LR>/)")
+    p.add_argument("--recipe-of", default=None, metavar="CARD",
+                   help="run the cards with this card's recipe (learning rate, schedule, warm-up; for GRPO also KL "
+                        "weight and temperature), e.g. S12 or G03, the aggressive cards; kept under OUT/<card>@<CARD>/")
     args = p.parse_args(argv)
     from agent.experiments.retrospective import WorldPorts
-    from agent.world.catalogue import card_by_id
     from agent.world.embedded import ensure_world
     from agent.world.runner import CardRunner
 
@@ -141,8 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         world = ensure_world(args.size, world_seed=args.world_seed)
         ports = WorldPorts(world)
         ports.runner = CardRunner(world, threads=args.threads)
-        cards = [(c, card_by_id(world, c)) if args.lr is None else (f"{c}@lr{args.lr:g}", with_lr(card_by_id(world, c), args.lr))
-                 for c in args.cards]
+        cards = [_variant(world, c, args.lr, args.recipe_of) for c in args.cards]
     except KeyError as e:
         print(f"error: no card {e} in the catalogue: pass card ids such as G05", file=sys.stderr)
         return 2

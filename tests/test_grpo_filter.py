@@ -137,3 +137,21 @@ def test_the_runner_samples_a_filtered_cards_rows_from_its_parent_once(tmp_path)
         card_examples(card, world, 0)
     ctrl = control_card(card, world)  # the placebo control trains unfiltered at the reference rate
     assert ctrl.data.prompt_filter is None and ctrl.hparams.learning_rate == card.hparams.learning_rate == 1e-5
+
+
+def test_a_recipe_of_another_card_changes_the_schedule_and_keeps_the_cards_own_data():
+    from bench.grpo_filter import _variant
+    from agent.world.catalogue import card_by_id
+    from agent.world.embedded import ensure_world
+
+    world = ensure_world("test", threads=1)
+    name, card = _variant(world, "S05", None, "S12")  # standard sql SFT with the aggressive card's recipe
+    own, donor = card_by_id(world, "S05"), card_by_id(world, "S12")
+    assert name == "S05@S12" and card.data == own.data and card.adapter == own.adapter
+    assert (card.hparams.learning_rate, card.hparams.lr_scheduler, card.hparams.warmup_ratio) == (3e-3, "constant", 0.3)
+    assert card.hparams.learning_rate == donor.hparams.learning_rate != own.hparams.learning_rate
+    name, card = _variant(world, "G05", 2e-4, "G03")  # both: the donor's recipe at another rate
+    assert name == "G05@G03@lr0.0002" and card.hparams.learning_rate == 2e-4
+    assert (card.hparams.beta, card.hparams.temperature) == (0.0, 1.2) and card.hparams.rewards == ("execution",)
+    with pytest.raises(BadInput, match="same method"):
+        _variant(world, "S05", None, "G03")
