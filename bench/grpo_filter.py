@@ -162,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "retrospective's full runs) or validation (200, as a trial)")
     p.add_argument("--lr", type=float, default=None, help="run the cards at this learning rate instead of their own "
                    "(a recipe being tried: its runs and rows are kept under OUT/<card>@lr<LR>/)")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
+                   help="which GRPO rows to run (default both; catalogue v6's cards train on `informative`)")
     p.add_argument("--recipe-of", default=None, metavar="CARD",
                    help="run the cards with this card's recipe (learning rate, schedule, warm-up; for GRPO also KL "
                         "weight and temperature), e.g. S12 or G03, the aggressive cards; kept under OUT/<card>@<CARD>/")
@@ -190,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = args.out / "base" / f"{card.family}.{args.split}.json"
         base[name] = _kept(path, lambda: ports.evaluate(world.base_dir, card.family, args.split, str(path.with_suffix(""))))
         for seed in args.seeds:
-            for variant in VARIANTS if card.method == "grpo" else VARIANTS[:1]:
+            for variant in args.variants if card.method == "grpo" else VARIANTS[:1]:
                 run = args.out / name / f"{variant}-s{seed}"
                 r = _kept(run.with_name(f"{run.name}.{args.split}.json"),
                           lambda: _run(ports, card, variant, seed, run, args.split) | {"card": name})
