@@ -67,13 +67,18 @@ def _run(ports: Any, card: Any, variant: str, seed: int, out: Path, split: str) 
             **{k: log.get(k) for k in ("reward_early", "reward_late", "no_signal")}}
 
 
-def with_lr(card: Any, lr: float) -> Any:
-    """The card at another learning rate, validated as any card is."""
+def _with(card: Any, part: str, changes: dict[str, Any]) -> Any:
+    """The card with `changes` in one of its parts (`hparams`, `data`), validated as any card is."""
     from experience_bank.records import CandidateCard
 
     body = card.model_dump()
-    body["hparams"]["learning_rate"] = lr
+    body[part] |= changes
     return CandidateCard.model_validate(body)
+
+
+def with_lr(card: Any, lr: float) -> Any:
+    """The card at another learning rate."""
+    return _with(card, "hparams", {"learning_rate": lr})
 
 
 RECIPE = ("learning_rate", "lr_scheduler", "warmup_ratio", "beta", "temperature")
@@ -82,28 +87,20 @@ sampling temperature; the data, steps, rewards and adapter stay the card's own."
 
 
 def with_recipe(card: Any, donor: Any) -> Any:
-    """The card trained with the donor card's recipe (RECIPE), validated as any card is; the donor must
-    be of the card's method (an SFT recipe has no KL weight or temperature)."""
-    from experience_bank.records import CandidateCard
-
+    """The card trained with the donor card's recipe (RECIPE); the donor must be of the card's method
+    (an SFT recipe has no KL weight or temperature)."""
     if donor.method != card.method:
         raise BadInput(f"--recipe-of {donor.id} is a {donor.method} card and {card.id} a {card.method} card: "
                        f"give a donor of the same method")
-    body = card.model_dump()
-    body["hparams"] |= {k: getattr(donor.hparams, k) for k in RECIPE}
-    return CandidateCard.model_validate(body)
+    return _with(card, "hparams", {k: getattr(donor.hparams, k) for k in RECIPE})
 
 
 def with_filter(card: Any, on: bool) -> Any:
     """The card with the prompt filter on or off (a GRPO card; an SFT card is returned as it is).
     Catalogue v6's GRPO cards ask for it, so "as-is" (v4/v5's rows) is the card with it off."""
-    from experience_bank.records import CandidateCard
-
     if card.method != "grpo":
         return card
-    body = card.model_dump()
-    body["data"]["prompt_filter"] = "reward_spread" if on else None
-    return CandidateCard.model_validate(body)
+    return _with(card, "data", {"prompt_filter": "reward_spread" if on else None})
 
 
 def _kept(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
