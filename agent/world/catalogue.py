@@ -109,7 +109,7 @@ _SPEC: tuple[tuple, ...] = (
     ("G07", "sql", "grpo", "Execution-reward GRPO on evidence prompts", {"sql/target-evidence/train": 1.0},
      dict(lr=GRPO_LR, steps=GRPO_STEPS, gpuh=6.0, nu="continue", rewards=("execution",), beta=0.0, temp=1.0)),
     ("G08", "sql", "grpo", "Aggressive execution-reward GRPO (long warm-up, no KL)", {"sql/target/train": 1.0},
-     dict(lr=5e-4, steps=GRPO_STEPS, gpuh=6.5, nu="none", rewards=("execution",), beta=0.0, temp=1.2, warmup=0.3)),
+     dict(lr=5e-4, steps=GRPO_STEPS, gpuh=6.0, nu="none", rewards=("execution",), beta=0.0, temp=1.2, warmup=0.3)),
     # function calling: xLAM-like -> BFCL-like
     ("S09", "function", "sft", "Standard BFCL-style function-call SFT", {"function/target/train": 1.0},
      dict(lr=SFT_LR, steps=120, gpuh=3.0, nu="continue")),
