@@ -174,6 +174,15 @@ def _made_on(world: World, records: list[HistoricalRecord], where: Path) -> list
     return records
 
 
+def run_name(src: CandidateCard, where: str, seed: int) -> str:
+    """The name of one source run's evaluation (and its artefact): the card, where it ran, the
+    source card's content and the seed. The content is in the name because the evaluation is cached
+    under it: an edited card under the same id (a new catalogue version, a user's own card) is
+    trained and evaluated again, never given the cached scores of the recipe it replaced. The seed
+    comes last (`_assemble` reads it back)."""
+    return f"{src.id}-{where}-{content_hash(src.model_dump(mode='json'))[:12]}-seed{seed}"
+
+
 def _runs(card: CandidateCard) -> int:
     return len(REPLICATE_SEEDS) if GRADE_PLAN[card.id] == "A" else 1
 
@@ -300,7 +309,7 @@ class _Runner:
         controls, runs = [], []
         for seed in seeds:
             controls.append(self.control(card, parent_dir, parent, seed))
-            name = f"{card.id}-{where}-seed{seed}"
+            name = run_name(source_card(card, self.world, self.size.step_scale), where, seed)
             runs.append((name, self.intervention(card, parent_dir, seed, name, "half" if grade == "C" else "full")))
             self.tick(f"{card.id} seed {seed}")
         evidence = evidence_from(card, [c for _, c in controls], [r for _, r in runs], grade)
