@@ -53,9 +53,10 @@ test-cpu-proof: $(STAMP)
 # (GRPO at a tenth of SFT's rate, on prompts whose sampled group's rewards differ; docs/results/worlds-v6.md);
 # v6p = catalogue v6 on worlds built with portable numerics (AGENT_WORLD_NUMERICS=portable,
 # agent/world/portable.py): the same world ids and base weights on every x86-64 CPU with AVX2,
-# so the measurement resumes on whichever kind of machine the next sitting gets.
+# so the measurement resumes on whichever kind of machine the next sitting gets; v7 = catalogue v7
+# (an aggressive recipe in every family: S02, S06, G08; docs/results/worlds-v7.md) on the v6p worlds.
 comma := ,
-MEASUREMENT ?= v6p
+MEASUREMENT ?= v7
 WORLD_NUMERICS ?= portable
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure

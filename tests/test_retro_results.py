@@ -137,3 +137,19 @@ def test_code_version_is_the_cell_code_and_the_libraries(tmp_path, monkeypatch):
     RR.code_version()
     assert {"trainers", "evaluators", "agent/experiments/retro_run.py"} <= set(seen)
     assert "experience_bank/records.py" not in seen  # events and bank records never touch a run
+
+
+def test_a_run_directory_of_another_measurement_is_refused_before_anything_is_written(tmp_path):
+    """A table's cells cache their steps by card id and seed: rerun into the same --out with another
+    catalogue, the new card would be served the old card's runs."""
+    from test_catalogue import fake_world
+
+    out = tmp_path / "retro"
+    out.mkdir()
+    old = {**LEDGER, "catalogue_sha256": "0" * 64}
+    text = json.dumps(old)
+    (out / "ledger.json").write_text(text)
+    with pytest.raises(BadInput, match=r"another world, catalogue, rule or code \(.*catalogue_sha256.*\).*new --out"):
+        R.retrospective(out, size="default", world=fake_world(), seeds=1,
+                        make_ports=lambda: pytest.fail("a cell ran"))
+    assert (out / "ledger.json").read_text() == text and [p.name for p in out.iterdir()] == ["ledger.json"]

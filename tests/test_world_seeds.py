@@ -194,6 +194,6 @@ def test_sft_batches_are_length_grouped_only_where_a_batch_draws_from_one_pool()
     world = NS(size="default", step_scale=1.0, datasets={d: "a" * 64 for d in tasks.DATASET_IDS},
                chat_template_sha256="b" * 64)
     by_id = {c.id: sampling_strategy(c) for c in catalogue(world) if c.method == "sft"}
-    # one pool: S01, S04, S05, S06, S09, S10, S12; replay (S02, S08, S11) or a mix (S03, S07): random
-    assert {c for c, s in by_id.items() if s == "group_by_length"} == {"S01", "S04", "S05", "S06", "S09", "S10", "S12"}
-    assert {c for c, s in by_id.items() if s == "random"} == {"S02", "S03", "S07", "S08", "S11"}
+    # one pool: S01, S02, S04, S05, S06, S09, S10, S12; replay (S08, S11) or a mix (S03, S07): random
+    assert {c for c, s in by_id.items() if s == "group_by_length"} == {"S01", "S02", "S04", "S05", "S06", "S09", "S10", "S12"}
+    assert {c for c, s in by_id.items() if s == "random"} == {"S03", "S07", "S08", "S11"}

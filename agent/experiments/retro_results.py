@@ -99,6 +99,18 @@ def _seed_cell_ok(path: Path) -> bool:
         return False
 
 
+def check_run_dir(out: Path, ledger: dict[str, Any]) -> None:
+    """Refuse a run directory that holds a table of another measurement: its cells' cached steps
+    (short runs, full runs, evaluations, by card id and seed) would be served as this one's, e.g.
+    a new catalogue's card given the old card's numbers under the same id."""
+    path = out / "ledger.json"
+    if path.is_file():
+        diff = mismatch(_read_ledger(path), ledger)
+        if diff:
+            raise BadInput(f"{out} holds a table measured on another world, catalogue, rule or code ({', '.join(diff)} "
+                           "differ): pass a new --out directory, or run the code and world it was measured with")
+
+
 def take(results: Path, out: Path, ledger: dict[str, Any]) -> int:
     """Copy into the run directory `out` the frozen files and every finished seed of `results` (when
     its ledger matches `ledger`); returns how many seeds were taken. A results directory without a

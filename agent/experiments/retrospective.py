@@ -342,6 +342,7 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
         "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": {split: eval_n(world.size, split) for split in ("validation", "adoption")},
         "control": "trained matched control (agent/world/controls.py) at the same fraction",
         "code": retro_results.code_version()}
+    retro_results.check_run_dir(out, ledger)
     if results is not None:
         taken = retro_results.take(results, out, ledger)
         print(f"took {taken} finished cell seeds from {results}", flush=True)

@@ -64,11 +64,11 @@ from agent.world.runner import CardRunner
 from experience_bank.bank import Bank
 
 GRADE_PLAN = {
-    "S01": "A", "S02": "B", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
-    "S05": "A", "S06": "A", "S07": "B", "S08": "C", "G05": "A", "G06": "B", "G07": "B", "G08": "C",
+    "S01": "A", "S02": "C", "S03": "A", "S04": "B", "G01": "A", "G02": "B", "G03": "C", "G04": "C",
+    "S05": "A", "S06": "C", "S07": "B", "S08": "C", "G05": "A", "G06": "B", "G07": "B", "G08": "C",
     "S09": "A", "S10": "A", "S11": "B", "S12": "C", "G09": "A", "G10": "B", "G11": "B", "G12": "C",
 }
-"""Frozen before any run: 9 A, 9 B, 6 C (standard recipes and their closest variants are
+"""Frozen before any run (catalogue v7: S02 and S06, now aggressive, logged only): 8 A, 8 B, 8 C (standard recipes and their closest variants are
 the ones a practitioner would have replicated; LoRA / aggressive variants only logged)."""
 STAGE1_PARENT = ("S01", 0)
 """(card, seed) of the source run promoted to the stage-1 parent."""
@@ -172,6 +172,15 @@ def _made_on(world: World, records: list[HistoricalRecord], where: Path) -> list
                            f"{world.size}-{world.recipe_sha256[:12]}'s base {world.model.sha256[:12]}: "
                            f"remove {where} and run `agent world seed-bank` again")
     return records
+
+
+def run_name(src: CandidateCard, where: str, seed: int) -> str:
+    """The name of one source run's evaluation (and its artefact): the card, where it ran, the
+    source card's content and the seed. The content is in the name because the evaluation is cached
+    under it: an edited card under the same id (a new catalogue version, a user's own card) is
+    trained and evaluated again, never given the cached scores of the recipe it replaced. The seed
+    comes last (`_assemble` reads it back)."""
+    return f"{src.id}-{where}-{content_hash(src.model_dump(mode='json'))[:12]}-seed{seed}"
 
 
 def _runs(card: CandidateCard) -> int:
@@ -300,7 +309,7 @@ class _Runner:
         controls, runs = [], []
         for seed in seeds:
             controls.append(self.control(card, parent_dir, parent, seed))
-            name = f"{card.id}-{where}-seed{seed}"
+            name = run_name(source_card(card, self.world, self.size.step_scale), where, seed)
             runs.append((name, self.intervention(card, parent_dir, seed, name, "half" if grade == "C" else "full")))
             self.tick(f"{card.id} seed {seed}")
         evidence = evidence_from(card, [c for _, c in controls], [r for _, r in runs], grade)

@@ -44,7 +44,7 @@ world seed 0."""
 FIXED_PARENT = ("S01",)
 """Cards whose source parent no world seed moves: S01's source run is the stage-1 parent itself
 (seed_bank.STAGE1_PARENT), so it is observed on the base."""
-DATA_RELEASE = {"S03": 1, "S06": 1, "S10": 1}
+DATA_RELEASE = {"S03": 1, "S10": 1}
 """Cards whose B_i names their variant pool at an earlier release (the world's seed + this)."""
 SOURCE_SYSTEM_PROMPT = "You are a helpful assistant."
 """The default system message of the `early-template` parent's chat template."""
