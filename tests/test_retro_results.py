@@ -153,3 +153,22 @@ def test_a_run_directory_of_another_measurement_is_refused_before_anything_is_wr
         R.retrospective(out, size="default", world=fake_world(), seeds=1,
                         make_ports=lambda: pytest.fail("a cell ran"))
     assert (out / "ledger.json").read_text() == text and [p.name for p in out.iterdir()] == ["ledger.json"]
+
+
+def test_compiling_the_seed_bank_for_a_table_prints_its_progress(tmp_path, monkeypatch, capsys):
+    """A new world's seed bank takes up to half an hour before the first cell: the table says so."""
+    from test_catalogue import fake_world
+
+    world = fake_world()
+    cards = [c for c in R.catalogue(world) if c.id in ("S01", "G01")]
+
+    def seed_records(w, progress=None, *, cards):  # the seed bank's boundary: its runs are trained elsewhere
+        for i, cid in enumerate(cards, 1):
+            progress(f"{cid} seed 0", i, len(cards))
+        return [bf.record(cid) for cid in cards]
+
+    monkeypatch.setattr(R, "seed_records", seed_records)
+    features, hashes = R.frozen_or_compiled(tmp_path, world, cards)
+    assert set(features) == set(hashes) == {"S01", "G01"}
+    out = capsys.readouterr().out
+    assert "seed bank: S01 seed 0 1/2" in out and "seed bank: G01 seed 0 2/2" in out

@@ -81,6 +81,7 @@ from agent.world.runner import CardRunner
 from policies import EpisodeState, PolicyConfig, compile as compile_features
 from policies.authorize import decide
 from agent.world.seed_bank import seed_records
+from agent.progress import lines as progress_lines
 from policies.audit import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
 
 DEFAULT_SEEDS = 3
@@ -368,7 +369,8 @@ def frozen_or_compiled(out: Path, world: Any, cards: list[Any]) -> tuple[dict[st
     frozen = retro_results.frozen_inputs(out, [c.id for c in cards])
     if frozen is not None:
         return frozen
-    records = {r.card.id: r for r in seed_records(world, cards=[c.id for c in cards])}
+    with progress_lines("seed bank", lambda line: print(line, flush=True)) as progress:  # up to ~30 min on a new world
+        records = {r.card.id: r for r in seed_records(world, progress, cards=[c.id for c in cards])}
     ctx = base_context(world)
     features = {c.id: compile_features(records[c.id], ctx) for c in cards}
     freeze_features(out, [(c.id, features[c.id]) for c in cards])
