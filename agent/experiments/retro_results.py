@@ -99,29 +99,32 @@ def _seed_cell_ok(path: Path) -> bool:
         return False
 
 
+def _same_measurement(folder: Path, ledger: dict[str, Any], what: str, flag: str) -> bool:
+    """Whether `folder` holds a ledger (False: a new folder); BadInput when that ledger names another
+    world, catalogue, rule or code than `ledger` (the fields that differ, and `flag` as the fix)."""
+    path = folder / "ledger.json"
+    if not path.is_file():
+        return False
+    diff = mismatch(_read_ledger(path), ledger)
+    if diff:
+        raise BadInput(f"{folder} {what} another world, catalogue, rule or code ({', '.join(diff)} differ): "
+                       f"pass a new {flag} directory, or run the code and world it was measured with")
+    return True
+
+
 def check_run_dir(out: Path, ledger: dict[str, Any]) -> None:
     """Refuse a run directory that holds a table of another measurement: its cells' cached steps
     (short runs, full runs, evaluations, by card id and seed) would be served as this one's, e.g.
     a new catalogue's card given the old card's numbers under the same id."""
-    path = out / "ledger.json"
-    if path.is_file():
-        diff = mismatch(_read_ledger(path), ledger)
-        if diff:
-            raise BadInput(f"{out} holds a table measured on another world, catalogue, rule or code ({', '.join(diff)} "
-                           "differ): pass a new --out directory, or run the code and world it was measured with")
+    _same_measurement(out, ledger, "holds a table measured on", "--out")
 
 
 def take(results: Path, out: Path, ledger: dict[str, Any]) -> int:
     """Copy into the run directory `out` the frozen files and every finished seed of `results` (when
     its ledger matches `ledger`); returns how many seeds were taken. A results directory without a
     ledger is a new one: nothing to take."""
-    path = results / "ledger.json"
-    if not path.is_file():
+    if not _same_measurement(results, ledger, "was measured on", "--results"):
         return 0
-    diff = mismatch(_read_ledger(path), ledger)
-    if diff:
-        raise BadInput(f"{results} was measured on another world, catalogue, rule or code ({', '.join(diff)} differ): "
-                       "pass a new --results directory, or run the code and world it was measured with")
     out.mkdir(parents=True, exist_ok=True)
     for name in FROZEN:
         if (results / name).is_file():
