@@ -55,15 +55,18 @@ test-cpu-proof: $(STAMP)
 # agent/world/portable.py): the same world ids and base weights on every x86-64 CPU with AVX2,
 # so the measurement resumes on whichever kind of machine the next sitting gets; v7 = catalogue v7
 # (an aggressive recipe in every family: S02, S06, G08; docs/results/worlds-v7.md) on the v6p worlds.
+# EXTEND_TO: the second stage's most seeds per cell (agent retrospective --extend-to; retro_mix.second_stage),
+# twice the first stage's three: on v7 world 0 it added 8 cell seeds to 72 (docs/results/worlds-v7.md).
 comma := ,
 MEASUREMENT ?= v7
+EXTEND_TO ?= 6
 WORLD_NUMERICS ?= portable
 WORLD_SEEDS ?= 0 1 2
 MEASURE_DIR ?= $(if $(AGENT_CACHE),$(AGENT_CACHE),$(HOME)/.cache/posttrain-agent)/measure
 RESULTS_DIR ?= docs/results
 worlds: $(STAMP)
 	for w in $(WORLD_SEEDS); do \
-	  AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 \
+	  AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent retrospective --execute --size default --world-seed $$w --seeds 3 --extend-to $(EXTEND_TO) \
 	    --out $(MEASURE_DIR)/retrospective-$(MEASUREMENT)-w$$w --results $(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$$w \
 	    || exit $$?; \
 	done

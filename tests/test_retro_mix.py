@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 
 from agent.experiments.retro_cells import pool_group
-from agent.experiments.retro_mix import MIN_PER_CLASS, mix, precision
+from agent.experiments.retro_mix import MIN_PER_CLASS, mix, precision, second_stage
 from policies.stats import pooled_sd, seeds_to_resolve
 
 
@@ -66,3 +66,19 @@ def test_precision_groups_by_pool_group_and_reads_the_worse_ifeval():
     assert sft["seeds_to_decide_neutral"] == seeds_to_resolve(math.sqrt(0.5), 2, 1.0)
     assert sft["seeds_to_decide_retention"] == seeds_to_resolve(math.sqrt(0.5), 2, 2.0)
     assert p[0]["sd_target_pp"] == pytest.approx(4.0) and p[0]["seeds_to_decide_neutral"] is None
+
+
+def test_the_second_stage_gives_more_seeds_to_the_groups_whose_spread_needs_them_and_reads_no_effect():
+    cells = [_cell("A1", "sql", "uncertain", target=(0.0, 0.8, 1.6), method="grpo"),   # pooled sd 0.8: 4 seeds
+             _cell("A2", "sql", "uncertain", target=(1.0, 1.8, 2.6), method="grpo"),
+             _cell("B1", "finance", "beneficial", target=(7.0, 8.0, 9.0)),              # sd 1 alone: 7 seeds
+             _cell("N1", "sql", "neutral", target=(0.0, 0.1, -0.1)),                    # decided at 3 already
+             _cell("R1", "function", "uncertain", target=(0.0, 0.0, 0.0), ifeval=(0.0, -1.2, -2.4))]  # IFEval: 4
+    assert seeds_to_resolve(0.8, 2, 1.0) == 4 and seeds_to_resolve(1.0, 1, 1.0) == 7
+    assert seeds_to_resolve(1.2, 1, 2.0) == 4
+    assert second_stage(cells, most=6) == {"A1": 4, "A2": 4, "R1": 4}
+    assert second_stage(cells, most=7) == {"A1": 4, "A2": 4, "B1": 7, "R1": 4}
+    assert second_stage(cells, most=3) == {}
+    shifted = [c | {"by_seed": [b | {"full_target": b["full_target"] + 5.0} for b in c["by_seed"]],
+                    "outcome_class": "beneficial"} for c in cells]
+    assert second_stage(shifted, most=6) == second_stage(cells, most=6)  # the same spreads: the same plan

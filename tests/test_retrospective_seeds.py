@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,60 @@ def test_first_runs_the_named_cells_seeds_first_and_leaves_the_table_as_it_was(t
         R.run_order(CARDS, ("G1", "X9"))
     with pytest.raises(BadInput, match="a repeat"):
         R.run_order(CARDS, ("G1", "G1"))
+
+
+class FourSeeds(SeededPorts):
+    """Four seeds per card; a full-run effect is the gain less the control's 1 pp."""
+
+    SEEDED = {"A1": [(1.0, 0.0), (1.8, 0.0), (2.6, 0.0), (1.4, 0.0)],     # effects 0, 0.8, 1.6 (sd 0.8), 0.4
+              "A2": [(2.0, 0.0), (2.8, 0.0), (3.6, 0.0), (2.4, 0.0)],     # 1, 1.8, 2.6 (sd 0.8), 1.4
+              "B1": [(8.0, 0.0), (9.0, 0.0), (10.0, 0.0), (9.0, 0.0)],    # sd 1 alone: 7 seeds, more than 6
+              "N1": [(1.0, 0.0), (1.1, 0.0), (0.9, 0.0), (1.0, 0.0)]}     # decided at 3
+
+
+def test_a_second_stage_runs_more_seeds_for_the_groups_that_need_them_and_resumes(tmp_path):
+    cards = [Card("A1", "sql", "grpo"), Card("A2", "sql", "grpo"), Card("B1", "finance", "sft"),
+             Card("N1", "sql", "sft")]
+    ports, base, out = FourSeeds(), tmp_path / "base", tmp_path / "retro"
+    base.mkdir()
+    (base / "scores.json").write_text(json.dumps({"target": 30.0, "prompt_strict": 70.0, "inst_strict": 80.0}))
+    feats = {c.id: _features(c.id) for c in cards}
+    R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
+    run = partial(R.run_table, out, cards, lambda: ports, str(base), features=feats,
+                  decision_hashes={c.id: content_hash(c.id) for c in cards}, controls=_controls(cards),
+                  parent=bf.record().source.parent)
+    first = run([0, 1, 2])
+    assert {c["id"]: c["outcome_class"] for c in first["cells"]}["A1"] == "uncertain"
+    res = R._second_stage(out, run, first, cards, 0, 3, 6)
+    assert sorted({(c, s) for c, s, f in ports.trained if s == 3}) == [("A1", 3), ("A2", 3), ("CTRL-grpo", 3)]
+    cells = {c["id"]: c for c in map(json.loads, (out / "cells.jsonl").read_text().splitlines())}
+    assert cells["A1"]["seeds"] == [0, 1, 2, 3] and cells["B1"]["seeds"] == [0, 1, 2]
+    assert cells["A1"]["full"]["target"] == pytest.approx(0.7) and res["cells_done"] == 4
+    stage = json.loads((out / "summary.json").read_text())["summary"]["second_stage"]
+    assert stage["seeds"] == {"A1": 4, "A2": 4} and stage["most_seeds"] == 6 and stage["first_seeds"] == 3
+    assert stage["first_stage_mix"]["overall"]["uncertain"] == first["summary"]["mix"]["overall"]["uncertain"]
+    from agent.experiments.retro_summary import write_summary
+
+    sha = R.freeze_features(out, [(c.id, feats[c.id]) for c in cards])
+    (out / "ledger.json").write_text(json.dumps({"world": "fake-0", "seed": 0, "seeds": [0, 1, 2], "extend_to": 6,
+                                                 "features_sha256": sha, "control": "fake control"}))
+    write_summary(out)
+    assert ("after 3 seeds, the pool groups whose first-stage spread needed more seeds, at most 6, to decide a zero "
+            "effect ran them: A1, A2 at 4.") in (out / "retrospective.md").read_text()
+    # resumed over a directory that already holds the fourth seeds: the plan is read from the first
+    # three again, and nothing trains
+    again = FourSeeds()
+    run2 = partial(R.run_table, out, cards, lambda: again, str(base), features=feats,
+                   decision_hashes={c.id: content_hash(c.id) for c in cards},
+                   controls=_controls(cards), parent=bf.record().source.parent)
+    R._second_stage(out, run2, run2([0, 1, 2]), cards, 0, 3, 6)
+    assert again.trained == []
+    assert json.loads((out / "summary.json").read_text())["summary"]["second_stage"]["seeds"] == {"A1": 4, "A2": 4}
+
+
+def test_a_second_stage_needs_a_first_stage_spread_and_more_seeds(tmp_path, capsys):
+    from agent.cli.main import main
+
+    for flags in (["--seeds", "1", "--extend-to", "4"], ["--seeds", "3", "--extend-to", "3"]):
+        assert main(["retrospective", "--execute", *flags, "--out", str(tmp_path / "r")]) == 2
+        assert "--extend-to" in capsys.readouterr().err and not (tmp_path / "r").exists()

@@ -78,6 +78,9 @@ def register(sub) -> None:
     r.add_argument("--seed", type=int, default=0, help="first training seed (default 0)")
     r.add_argument("--seeds", type=int, default=None,
                    help="training seeds per cell, from --seed on (default 3; 1: one run per cell, as before)")
+    r.add_argument("--extend-to", dest="extend_to", type=int, default=None, metavar="N",
+                   help="a second stage (Stein's two-stage design): after --seeds, the cells of every pool group "
+                        "whose spread needs more seeds, at most N, to decide a zero effect run them (default: none)")
     r.add_argument("--world-seed", dest="world_seed", type=int, default=0,
                    help="seed of the embedded world (default 0; agent world build --world-seed)")
     r.add_argument("--results", default=None, metavar="DIR",
@@ -255,7 +258,7 @@ def cmd_retrospective(args) -> int:
     _no_cache(args)
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
         result = retrospective(Path(args.out), size=args.size, world_seed=args.world_seed, n_cells=args.cells,
-                               seed=args.seed, seeds=args.seeds, executor=executor,
+                               seed=args.seed, seeds=args.seeds, extend_to=args.extend_to, executor=executor,
                                results=Path(args.results) if args.results else None, first=args.first)
     print(f"wrote {args.out}: {result['cells_done']} cells done, {result['cells_failed']} failed")
     return 0 if result["cells_failed"] == 0 else 1

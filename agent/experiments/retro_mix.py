@@ -59,3 +59,20 @@ def precision(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "seeds_to_decide_neutral": seeds_to_resolve(sd_target, len(members), MIN_EFFECT_PP),
                     "seeds_to_decide_retention": seeds_to_resolve(sd_ifeval, len(members), IFEVAL_DROP_PP)})
     return out
+
+
+def second_stage(cells: list[dict[str, Any]], most: int) -> dict[str, int]:
+    """Stein's two-stage design on the first stage's cells (each at the table's K seeds): the seeds
+    per cell of every pool group whose first-stage spread says that more of them, at most `most`,
+    would decide a zero effect both inside the neutral band and above the IFEval guard
+    (`precision`); cell id -> its seeds. A group already deciding at K, or needing more than `most`,
+    keeps K (absent). It reads spreads only, never a cell's effect, so which cells get more seeds
+    does not depend on what they did."""
+    plan: dict[str, int] = {}
+    for group in precision(cells):
+        need = (group["seeds_to_decide_neutral"], group["seeds_to_decide_retention"])
+        if None in need:
+            continue
+        if group["seeds"] < max(need) <= most:
+            plan |= dict.fromkeys(group["ids"], max(need))
+    return plan

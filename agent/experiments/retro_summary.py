@@ -96,7 +96,23 @@ def _mix_lines(t: dict[str, Any]) -> list[str]:
                     f"{', '.join(p['ids'])} x {p['seeds']} | {p['sd_target_pp']:.2f} | "
                     f"{p['sd_ifeval_pp']:.2f} | {_seeds_text(p['seeds_to_decide_neutral'])} | "
                     f"{_seeds_text(p['seeds_to_decide_retention'])} |" for p in t["precision"]], ""]
-    return lines
+    return lines + _second_stage_lines(t.get("second_stage"))
+
+
+def _second_stage_lines(stage: dict[str, Any] | None) -> list[str]:
+    """Which cells the second stage gave more seeds, and the first stage's mix beside the table's."""
+    if not stage:
+        return []
+    added = {}
+    for cid, k in stage["seeds"].items():
+        added.setdefault(k, []).append(cid)
+    first = stage.get("first_stage_mix") or {}
+    return [f"Second stage (retro_mix.second_stage, Stein's two-stage design): after {stage['first_seeds']} seeds, "
+            "the pool groups whose first-stage spread needed more seeds, at most "
+            f"{stage['most_seeds']}, to decide a zero effect ran them: "
+            + ("; ".join(f"{', '.join(ids)} at {k}" for k, ids in sorted(added.items())) or "none") + ". "
+            + (f"At the first stage the classes were {first['overall']}"
+               + ("" if first.get("met") else f" ({'; '.join(first['shortfalls'])})") + "." if first else ""), ""]
 
 
 def summary_markdown(doc: dict[str, Any]) -> str:

@@ -36,6 +36,13 @@ standard), which share their controls' and their step size's noise, on the group
 freedom (6 for three cells at three seeds, t = 2.45) rather than a cell's own two (t = 4.30). Each cell keeps its
 own-spread interval (`ci95`) and class (`outcome_class_per_cell`) beside, and summary.json both counts.
 
+A second stage (`extend_to`, Stein's two-stage design): at K seeds some pool groups cannot decide
+even a zero effect (retro_mix.precision: at v7's three seeds, e.g. a finance GRPO group of SD 0.8 pp
+needs four), so no cell of theirs can be neutral. retro_mix.second_stage reads the first stage's
+pooled spreads, never an effect, and gives the cells of each such group the seeds it needs, at most
+`extend_to`; the table is then decided over all their seeds, and summary.json keeps the plan and the
+first stage's outcome mix.
+
 Ledger (DIR): `features.jsonl` is written first — the outcome-blind features of every cell,
 compiled from the seed bank's record of the card against the base-model context, hashed
 (`features_sha256` in ledger.json, which also records `seeds`) — then per cell and seed
@@ -53,7 +60,7 @@ the files are the same whichever executor ran them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -70,7 +77,7 @@ from agent.experiments import retro_results
 from agent.experiments.retro_cells import (  # the table's pure rules
     FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, card_pool_group, interval_class, pool_classes, summarise_cells,
 )
-from agent.experiments.retro_mix import mix, precision
+from agent.experiments.retro_mix import mix, precision, second_stage
 from agent.experiments.retro_run import CellPorts, _once, _trial_verdict, run_cell
 from agent.experiments.retro_summary import write_summary
 from agent.world.catalogue import catalogue, catalogue_sha256
@@ -228,21 +235,24 @@ def run_order(cards: Sequence[Any], first: Sequence[str] = ()) -> list[Any]:
 
 
 def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], parent_dir: str,
-              seeds: Sequence[int], features: dict[str, Any], decision_hashes: dict[str, str] | None = None, *,
+              seeds: Sequence[int] | Mapping[str, Sequence[int]], features: dict[str, Any],
+              decision_hashes: dict[str, str] | None = None, *,
               controls: dict[str, Any], parent: Any, executor: Executor | None = None,
               results: Path | None = None, say: Callable[[str], None] | None = None,
               first: Sequence[str] = ()) -> dict[str, Any]:
     """Every cell at every seed (finished steps are skipped) through the executor (default: one after
-    another in this process), one job per (cell, seed); a cell with a failing seed is recorded as
+    another in this process), one job per (cell, seed); `seeds`: every cell's, or card id -> that
+    cell's (a second stage, `second_stage_seeds`); a cell with a failing seed is recorded as
     failed and the others go on. `make_ports`: builds a cell's CellPorts where it runs; `controls`:
     card id -> its matched control card; `parent`: the ModelRef of parent_dir; `results`: where
     each finished seed is also kept (retro_results); `say`: a progress line before the first job
     and one as each ends (default: on stderr); `first`: cell ids whose seeds run before the others
     (`run_order`)."""
-    seeds = list(seeds)
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise BadInput(f"seeds {seeds} must be one or more distinct integers: pass --seeds K >= 1")
-    pairs = [(c, s) for c in run_order(cards, first) for s in seeds]
+    for mine in seeds.values() if isinstance(seeds, Mapping) else [seeds]:
+        if not mine or len(set(mine)) != len(mine):
+            raise BadInput(f"seeds {mine} must be one or more distinct integers: pass --seeds K >= 1")
+    per_card = {c.id: list(seeds[c.id] if isinstance(seeds, Mapping) else seeds) for c in cards}
+    pairs = [(c, s) for c in run_order(cards, first) for s in per_card[c.id]]
     jobs = [Job(cell_job, (make_ports, c, seed_dir(out, c.id, s), parent_dir, s, controls[c.id], parent,
                            out / "controls", results)) for c, s in pairs]
     finished = {i for i, (c, s) in enumerate(pairs) if (seed_dir(out, c.id, s) / "cell.json").is_file()}
@@ -255,10 +265,11 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
                          ran=True)
 
     outcomes = dict(zip([(c.id, s) for c, s in pairs], (executor or LocalExecutor()).run(jobs, ended)))
-    done, failed, k = [], {}, len(seeds)
+    done, failed = [], {}
     for c in cards:
-        mine = [outcomes[(c.id, s)] for s in seeds]
-        errors = [o.error if k == 1 else f"seed {s}: {o.error}" for s, o in zip(seeds, mine) if o.error is not None]
+        mine = [outcomes[(c.id, s)] for s in per_card[c.id]]
+        errors = [o.error if len(mine) == 1 else f"seed {s}: {o.error}" for s, o in zip(per_card[c.id], mine)
+                  if o.error is not None]
         if errors:
             failed[c.id] = "; ".join(errors)[:500]
             continue
@@ -273,7 +284,7 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
         write_outcomes(out, done, decision_hashes)
     summary = (summarise_cells(done) | {"mix": mix(done), "precision": precision(done)}) if done else {}
     (out / "summary.json").write_text(json.dumps({"summary": summary, "failed": failed}, indent=1, sort_keys=True))
-    return {"cells_done": len(done), "cells_failed": len(failed), "failed": failed, "summary": summary}
+    return {"cells_done": len(done), "cells_failed": len(failed), "failed": failed, "summary": summary, "cells": done}
 
 
 class WorldPorts:
@@ -316,7 +327,7 @@ def embedded_ports(size: str, world_seed: int = 0) -> WorldPorts:
 
 
 def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | None = None, seed: int = 0,
-                  seeds: int | None = None,
+                  seeds: int | None = None, extend_to: int | None = None,
                   make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
                   executor: Executor | None = None, results: Path | None = None,
                   first: Sequence[str] = ()) -> dict[str, Any]:
@@ -326,10 +337,15 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
     None: the embedded world of `size`, which each worker builds its own ports for. Seeds `seed`..
     `seed + seeds - 1` train every cell (None: DEFAULT_SEEDS). `results`: a results directory
     (agent/experiments/retro_results.py) whose finished seeds are taken and which keeps every
-    seed finished now. `first`: cell ids whose seeds run before the others (`run_order`)."""
+    seed finished now. `first`: cell ids whose seeds run before the others (`run_order`).
+    `extend_to`: a second stage after the first `seeds` (retro_mix.second_stage: the pool groups
+    whose first-stage spread needs more seeds, at most this many, to decide a zero effect run them)."""
     seeds = DEFAULT_SEEDS if seeds is None else seeds
     if seeds < 1:
         raise BadInput(f"--seeds {seeds}: a cell needs at least one training seed; pass --seeds 1 or more")
+    if extend_to is not None and (seeds < 2 or extend_to <= seeds):
+        raise BadInput(f"--extend-to {extend_to} with --seeds {seeds}: a second stage reads the first stage's "
+                       "between-seed spread and adds seeds to it; pass --seeds 2 or more and --extend-to above it")
     seed_list = list(range(seed, seed + seeds))
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None
                                 else partial(embedded_ports, size, world_seed))
@@ -342,7 +358,7 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
         "catalogue_sha256": catalogue_sha256(), "fractions": FRACTIONS, "min_effect_pp": MIN_EFFECT_PP,
         "ifeval_drop_pp": IFEVAL_DROP_PP, "eval_n": {split: eval_n(world.size, split) for split in ("validation", "adoption")},
         "control": "trained matched control (agent/world/controls.py) at the same fraction",
-        "code": retro_results.code_version()}
+        "code": retro_results.code_version()} | ({"extend_to": extend_to} if extend_to is not None else {})
     retro_results.check_run_dir(out, ledger)
     if results is not None:
         taken = retro_results.take(results, out, ledger)
@@ -352,13 +368,33 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
     (out / "ledger.json").write_text(json.dumps(ledger, indent=1))
     if results is not None:
         retro_results.publish_table(out, results)
-    result = run_table(out, cards, make_ports, world.base_dir, seed_list, features, hashes,
-                       controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor,
-                       results=results, first=first)
+    run = partial(run_table, out, cards, make_ports, world.base_dir, features=features, decision_hashes=hashes,
+                  controls={c.id: control_card(c, world) for c in cards}, parent=world.model, executor=executor,
+                  results=results, first=first)
+    result = run(seed_list)
+    if extend_to is not None:
+        result = _second_stage(out, run, result, cards, seed, seeds, extend_to)
 
     write_summary(out)
     if results is not None:
         retro_results.publish_table(out, results)
+    return result
+
+
+def _second_stage(out: Path, run: Callable[..., dict[str, Any]], first: dict[str, Any], cards: list[Any], seed: int,
+                  seeds: int, most: int) -> dict[str, Any]:
+    """Stein's two-stage design: the first stage's table (every cell at `seeds`, recomputed from those
+    seeds whatever a resumed run directory holds beyond them) decides which cells run more seeds,
+    at most `most` (retro_mix.second_stage); the table is then written again over every seed, with
+    the plan and the first stage's outcome mix in its summary."""
+    plan = second_stage(first["cells"], most)
+    result = run({c.id: list(range(seed, seed + plan.get(c.id, seeds))) for c in cards}) if plan else first
+    path = out / "summary.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    stage = {"first_seeds": seeds, "most_seeds": most, "seeds": dict(sorted(plan.items())),
+             "first_stage_mix": first["summary"].get("mix")}
+    doc["summary"] = doc["summary"] | {"second_stage": stage} if doc["summary"] else doc["summary"]
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
     return result
 
 
