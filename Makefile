@@ -80,6 +80,9 @@ worlds: $(STAMP)
 # tables are kept in docs/results/compare-$(MEASUREMENT)/, so a commit of it resumes on another machine.
 COMPARE_POLICIES ?= bcit,bcit_predictive,successive_halving,early_stop_extrapolation,validate_all,flat_additive,additive_veto,no_memory
 COMPARE_WORLDS ?= 0,1,2
+# The retrospectives the learned models are fitted from (each world's on the others only): every development
+# world, also when COMPARE_WORLDS names one, so a world compared alone gets the models the full command fits.
+FIT_WORLDS ?= 0,1,2
 COMPARE_JOBS ?= 2
 # Where the episodes are kept: a results directory holds one machine kind's worlds (their ids name
 # the numerics, docs/world-identity.md); compare-v5 was measured on another kind and resumes only
@@ -89,4 +92,4 @@ compare-worlds: $(STAMP)
 	AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
 	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/$(COMPARE_NAME) --jobs $(COMPARE_JOBS) \
 	  --results $(RESULTS_DIR)/$(COMPARE_NAME) \
-	  --fit-from $(foreach w,$(subst $(comma), ,$(COMPARE_WORLDS)),$(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$(w))
+	  --fit-from $(foreach w,$(subst $(comma), ,$(FIT_WORLDS)),$(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$(w))
