@@ -242,7 +242,7 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
               first: Sequence[str] = ()) -> dict[str, Any]:
     """Every cell at every seed (finished steps are skipped) through the executor (default: one after
     another in this process), one job per (cell, seed); `seeds`: every cell's, or card id -> that
-    cell's (a second stage, `second_stage_seeds`); a cell with a failing seed is recorded as
+    cell's (the second stage, `_second_stage`); a cell with a failing seed is recorded as
     failed and the others go on. `make_ports`: builds a cell's CellPorts where it runs; `controls`:
     card id -> its matched control card; `parent`: the ModelRef of parent_dir; `results`: where
     each finished seed is also kept (retro_results); `say`: a progress line before the first job
@@ -393,7 +393,8 @@ def _second_stage(out: Path, run: Callable[..., dict[str, Any]], first: dict[str
     doc = json.loads(path.read_text(encoding="utf-8"))
     stage = {"first_seeds": seeds, "most_seeds": most, "seeds": dict(sorted(plan.items())),
              "first_stage_mix": first["summary"].get("mix")}
-    doc["summary"] = doc["summary"] | {"second_stage": stage} if doc["summary"] else doc["summary"]
+    if doc["summary"]:  # an empty table (no cell done) has no summary to add the plan to
+        doc["summary"] = doc["summary"] | {"second_stage": stage}
     write_atomic(path, json.dumps(doc, indent=1, sort_keys=True))
     return result
 
