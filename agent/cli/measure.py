@@ -101,8 +101,9 @@ def register(sub) -> None:
     x.add_argument("--out", default="runs/extrapolation.md", help="Markdown report; its JSON beside it")
     x.add_argument("--min-runs", dest="min_runs", type=int, default=None,
                    help="fewest runs a (method, adapter) group is fitted on (default policies.extrapolate.MIN_RUNS)")
-    x.add_argument("--model", choices=("auto", "offset", "power"), default="auto",
-                   help="growth model: auto (per group, the smaller leave-one-out error; default), offset or power")
+    x.add_argument("--model", choices=("auto", "none", "offset", "power"), default="auto",
+                   help="growth model: auto (per group, the smallest held-out mean absolute error; default), none "
+                        "(the raw reading), offset or power")
     x.add_argument("--save", default=None, metavar="JSON",
                    help="also write the fit on every run to this file: `agent run --extrapolation-model JSON` "
                         "applies it to the trial's retention check")

@@ -106,17 +106,20 @@ def markdown(sources: Sequence[str | Path], fitted: Fit, reports: list[ErrorRepo
 def _fit_table(fitted: Fit) -> list[str]:
     lines = ["## The fit on every run", "",
              "Prediction: full = trial reading + growth; growth by "
-             + ("the model with the smaller leave-one-out RMS on the group's runs" if fitted.choice == "auto"
+             + ("the model with the smallest held-out mean absolute error on the group's runs (a world held out at "
+                "a time where they span several, else a run)" if fitted.choice == "auto"
                 else f"the {fitted.choice} model throughout")
-             + " (offset: mean of full - reading; power: c (1 - f_t^b) of Delta(f) = c f^b).", "",
-             "| group | n | metric | model | growth pp | offset growth | power c | power b (se) | LOO RMS offset | "
-             "LOO RMS power |", "|---|---|---|---|---|---|---|---|---|---|"]
+             + " (none: 0, the raw reading; offset: mean of full - reading; power: c (1 - f_t^b) of Delta(f) = c f^b).",
+             "", "| group | n | metric | model | growth pp | offset growth | power c | power b (se) | held out by | "
+             "MAE none | MAE offset | MAE power |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in fitted.groups:
         for m, mf in g.metrics.items():
             se = "undefined" if mf.power_b_se is None else f"{mf.power_b_se:.2g}"
+            mae = mf.heldout_mae_pp or {}
             lines.append(f"| {g.method}/{g.adapter} | {g.n_runs} | {SHORT[m]} | {mf.model} | {_pp(mf.growth_pp)} | "
                          f"{_pp(mf.growth_offset_pp)} | {_pp(mf.power_c_pp)} | {mf.power_b:.2f} ({se}) | "
-                         f"{mf.loo_rmse_offset_pp:.2f} | {mf.loo_rmse_power_pp:.2f} |")
+                         f"{mf.heldout or 'n/a'} | "
+                         + " | ".join(f"{mae[k]:.2f}" if k in mae else "n/a" for k in ("none", "offset", "power")) + " |")
     skipped = ", ".join(fitted.skipped) or "none"
     return lines + ["", f"Groups with fewer than {fitted.min_runs} runs (their runs use a wider group): {skipped}.", ""]
 
