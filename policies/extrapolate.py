@@ -36,10 +36,12 @@ several world seeds (a fit is used on worlds it never saw), else one run (the da
 The criterion is the mean absolute error, not the RMS, because the guard is a threshold and a few
 runs whose trial already reads a collapse must not decide, through their squared errors, the growth
 every other run is given. The interval of a prediction is +-t(0.975, n-1) times the RMS of the
-chosen model's held-out residuals: out-of-sample errors, so the fit's own uncertainty is in it. Groups are (method, adapter kind); a group with fewer than `min_runs` runs falls back
-to its method over all adapters, then to all runs pooled, and a prediction names the group it
-used and why. Out of scope: per-card covariates (learning rate, replay share) -- with 12 runs
-per method the bank cannot yet support them -- and the go/no-go model (policies/gonogo.py).
+chosen model's held-out residuals: out-of-sample errors, so the fit's own uncertainty is in it.
+
+Groups are (method, adapter kind); a group with fewer than `min_runs` runs falls back to its
+method over all adapters, then to all runs pooled, and a prediction names the group it used and
+why. Out of scope: per-card covariates (learning rate, replay share) -- with 12 runs per method
+the bank cannot yet support them -- and the go/no-go model (policies/gonogo.py).
 The guard's value is a parameter: its one owner is the run config (`gate_ifeval_drop_pp`).
 
 Footing (policies.curves.footing_of). A loop's trial reads IFEval against the initial parent,
@@ -76,7 +78,7 @@ MAX_EXPONENT = 5.0
 at the bound is a step at full length; a fit that runs to it says the curves hold no exponent."""
 Model = Literal["none", "offset", "power"]
 Choice = Literal["auto", "none", "offset", "power"]
-"""auto: per group and metric, the model with the smallest held-out mean absolute error (`_heldout_errors`);
+"""auto: per group and metric, the model with the smallest held-out mean absolute error (`_metric_fit`);
 or one model throughout. `none` is growth 0, the raw reading: chosen where no growth predicts better."""
 MODELS: tuple[Model, ...] = ("none", "offset", "power")
 """Candidates in order of simplicity: a tie keeps the simpler."""
@@ -144,7 +146,8 @@ class Fit(Frozen):
 
 
 def dumps(fit_: Fit) -> str:
-    """A fit as the JSON file `agent extrapolate --model OUT.json` writes and `agent run --extrapolation-model` reads."""
+    """A fit as the JSON file `agent extrapolate --model OUT.json` writes and `agent run
+    --extrapolation-model` reads."""
     return fit_.model_dump_json()
 
 
@@ -236,24 +239,25 @@ def _growth(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float) ->
     return c * (1.0 - f_t ** b)
 
 
-def _loo_rmse(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float) -> float:
-    errors = [_reading(run).retention_pp[metric] + _growth(model, [*runs[:i], *runs[i + 1:]], metric, f_t)
-              - run.full.retention_pp[metric] for i, run in enumerate(runs)]
-    return float(np.sqrt(np.mean(np.square(errors))))
+def _folds(runs: Sequence[PairedRun], by_world: bool) -> list[tuple[list[PairedRun], list[PairedRun]]]:
+    """(held out, fitted on) per fold: a whole world seed at a time, or one run at a time."""
+    if by_world:
+        return [([r for r in runs if r.world_seed == w], [r for r in runs if r.world_seed != w])
+                for w in sorted({r.world_seed for r in runs})]
+    return [([run], [*runs[:i], *runs[i + 1:]]) for i, run in enumerate(runs)]
 
 
-def _heldout_errors(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float) -> tuple[str, list[float]]:
-    """(how, errors): each run's prediction error by the model fitted without it. A fit is used on
-    worlds it was not fitted on, so where the group's runs span several world seeds a whole world is
-    held out at a time (`world`); otherwise one run (`run`)."""
-    worlds = sorted({r.world_seed for r in runs})
-    unit = (lambda r: r.world_seed) if len(worlds) > 1 else id
+def _fold_errors(model: Model, runs: Sequence[PairedRun], metric: str, f_t: float, *, by_world: bool) -> list[float]:
+    """Each run's prediction error by the model fitted without its fold."""
     errors = []
-    for key in (worlds if len(worlds) > 1 else [id(r) for r in runs]):
-        rest = [r for r in runs if unit(r) != key]
+    for held, rest in _folds(runs, by_world):
         g = _growth(model, rest, metric, f_t)
-        errors += [_reading(r).retention_pp[metric] + g - r.full.retention_pp[metric] for r in runs if unit(r) == key]
-    return ("world" if len(worlds) > 1 else "run"), errors
+        errors += [_reading(r).retention_pp[metric] + g - r.full.retention_pp[metric] for r in held]
+    return errors
+
+
+def _rms(errors: Sequence[float]) -> float:
+    return float(np.sqrt(np.mean(np.square(errors))))
 
 
 def _metric_fit(runs: Sequence[PairedRun], metric: str, f_t: float, choice: Choice) -> MetricFit:
@@ -261,18 +265,23 @@ def _metric_fit(runs: Sequence[PairedRun], metric: str, f_t: float, choice: Choi
     whose trial already reads a collapse (an aggressive recipe at -60 pp) must not decide, through
     their squared errors, the growth every other run is given (on the v7 worlds the RMS choice
     gave standard SFT an offset learned from those runs, and the guard decision got worse than the
-    raw reading's: docs/results/extrapolation-v7-w012.md)."""
+    raw reading's: docs/results/extrapolation-v7-w012.md).
+
+    A fit is used on worlds it was not fitted on, so where the group's runs span several world
+    seeds the choice holds out a whole world at a time; otherwise one run. The leave-one-run-out
+    RMS is recorded beside it either way (`loo_rmse_*`)."""
     c, b, se = power_fit(runs, metric)
-    loo = {m: _loo_rmse(m, runs, metric, f_t) for m in ("offset", "power")}
-    held = {m: _heldout_errors(m, runs, metric, f_t) for m in MODELS}
-    mae = {m: float(np.mean(np.abs(e))) for m, (_, e) in held.items()}
+    by_world = len({r.world_seed for r in runs}) > 1
+    per_run = {m: _fold_errors(m, runs, metric, f_t, by_world=False) for m in MODELS}
+    held = {m: _fold_errors(m, runs, metric, f_t, by_world=True) for m in MODELS} if by_world else per_run
+    mae = {m: float(np.mean(np.abs(e))) for m, e in held.items()}
     model: Model = choice if choice != "auto" else min(MODELS, key=lambda m: (mae[m], MODELS.index(m)))
     growth = {"none": 0.0, "offset": _growth("offset", runs, metric, f_t), "power": c * (1.0 - f_t ** b)}
     return MetricFit(growth_offset_pp=growth["offset"], power_c_pp=c, power_b=b,
                      power_b_se=se if math.isfinite(se) else None, growth_power_pp=growth["power"],
-                     loo_rmse_offset_pp=loo["offset"], loo_rmse_power_pp=loo["power"], model=model,
-                     growth_pp=growth[model], residual_sd_pp=float(np.sqrt(np.mean(np.square(held[model][1])))),
-                     heldout_mae_pp=mae, heldout=held[model][0])
+                     loo_rmse_offset_pp=_rms(per_run["offset"]), loo_rmse_power_pp=_rms(per_run["power"]),
+                     model=model, growth_pp=growth[model], residual_sd_pp=_rms(held[model]),
+                     heldout_mae_pp=mae, heldout="world" if by_world else "run")
 
 
 def _group_fit(method: str, adapter: str, runs: Sequence[PairedRun], choice: Choice) -> GroupFit:
