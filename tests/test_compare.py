@@ -60,6 +60,23 @@ def test_summarise_hand_checked():
     assert s["pairing"]["paired"]
 
 
+def test_ahead_counts_per_pair_and_ahead_of_every_other_policy_over_the_pairs_all_finished():
+    # seed 0: a 45 > b 44 > c 40; seed 1: a 41 = b 41 > c 40; seed 2: c 46 > a 42 > b 41; c has no seed 3
+    eps = [_ep("a", s, v) for s, v in enumerate([45.0, 41.0, 42.0, 50.0])]
+    eps += [_ep("b", s, v) for s, v in enumerate([44.0, 41.0, 41.0, 39.0])]
+    eps += [_ep("c", s, v) for s, v in enumerate([40.0, 40.0, 46.0])]
+    s = S.summarise(eps)
+    ab, ac = s["pairs"]["a_vs_b"]["endpoint"], s["pairs"]["a_vs_c"]["endpoint"]
+    assert (ab["ahead"], ab["tied"], ab["behind"]) == (3, 1, 0)  # seed 3 counts: a and b both have it
+    assert (ac["ahead"], ac["tied"], ac["behind"]) == (2, 0, 1)
+    # strictly above both others: a on seed 0 only (tied with b on seed 1), c on seed 2; seed 3 lacks c
+    assert s["ahead_of_all"] == {"units": 3, "per_policy": {"a": 1, "b": 0, "c": 1}}
+    from agent.experiments.compare_output import markdown
+    md = markdown(s, {"seeds": [0, 1, 2, 3], "budget": "10h", "config": None, "wall_s": 1.0})
+    assert "of the 3 pairs every policy finished: a 1; b 0; c 1." in md
+    assert "| a_vs_b | 4 | 3.25 |" in md and "| 3/1/0 |" in md
+
+
 def test_pairing_check_names_the_mismatch():
     eps = [_ep("a", 0, 40.0), _ep("b", 0, 40.0)]
     eps[1]["pairing"]["library_version"] = 2

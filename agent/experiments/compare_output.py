@@ -63,12 +63,15 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     lines += ["", "IFEval change vs the initial parent (pp, mean over seeds, adoption split): "
               + "; ".join(f"{p} " + "/".join(_f(s["ifeval_drop_vs_initial"][k]) for k in ifk)
                           for p, s in summary["policies"].items()), "",
-              "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n)", "",
-              _row(["pair", "n", "endpoint diff", "95% CI", "p", "adoption diff", "AUC diff", "AUC p", "wasted h diff",
-                    "wasted h CI", "wasted h p"]), "|" + "---|" * 11]
+              *_ahead_line(summary),
+              "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n; the first's endpoint "
+              "ahead / tied / behind over the pairs)", "",
+              _row(["pair", "n", "endpoint diff", "95% CI", "p", "ahead/tied/behind", "adoption diff", "AUC diff",
+                    "AUC p", "wasted h diff", "wasted h CI", "wasted h p"]), "|" + "---|" * 12]
     for name, pr in summary["pairs"].items():
         e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
         lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
+                           "/".join(str(e.get(k, "–")) for k in ("ahead", "tied", "behind")),
                            pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
                            w["ci95"], _f(w["sign_flip_p"], 4)]))
     lines += _per_world(summary)
@@ -78,6 +81,15 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"- {f['policy']} world seed {f.get('world_seed', 0)} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
     lines += ["", "![endpoint per policy](endpoint.png)", "", "![trajectories](trajectories.png)", ""]
     return "\n".join(lines)
+
+
+def _ahead_line(summary: dict[str, Any]) -> list[str]:
+    """How often each policy's endpoint was strictly above every other's (summaries stored before it: none)."""
+    ahead = summary.get("ahead_of_all")
+    if not ahead or not ahead["units"]:
+        return []
+    return [f"Ahead of every other policy on the test endpoint, of the {ahead['units']} pairs every policy finished: "
+            + "; ".join(f"{p} {k}" for p, k in ahead["per_policy"].items()) + ".", ""]
 
 
 def _fitted_lines(meta: dict[str, Any]) -> list[str]:

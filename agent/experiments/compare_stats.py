@@ -71,8 +71,10 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], me
     seeds = sorted(s for s in set(by_seed[a]) & set(by_seed[b])
                    if metric(by_seed[a][s]) is not None and metric(by_seed[b][s]) is not None)
     xa, xb = [metric(by_seed[a][s]) for s in seeds], [metric(by_seed[b][s]) for s in seeds]
-    out: dict[str, Any] = {"seeds": seeds, "diffs": [x - y for x, y in zip(xa, xb)], "mean_diff": None,
-                           "ci95": None, "sign_flip_p": None}
+    diffs = [x - y for x, y in zip(xa, xb)]
+    out: dict[str, Any] = {"seeds": seeds, "diffs": diffs, "mean_diff": None, "ci95": None, "sign_flip_p": None,
+                           "ahead": sum(d > 0 for d in diffs), "tied": sum(d == 0 for d in diffs),
+                           "behind": sum(d < 0 for d in diffs)}
     if seeds:
         out["mean_diff"] = sum(out["diffs"]) / len(seeds)
     if len(seeds) >= 2:  # one pair has no sign-flip distribution: its p stays None
@@ -99,8 +101,20 @@ def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
                              "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
              for a, b in itertools.combinations(policies, 2)}
     return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
-            "pairs": pairs, "families": families, "failed": failed, "pairing": pairing_check(ok),
+            "pairs": pairs, "ahead_of_all": ahead_of_all(by_seed, policies), "families": families, "failed": failed, "pairing": pairing_check(ok),
             "cache": cache_summary(ok)}
+
+
+def ahead_of_all(by_seed: dict[str, dict[int | str, EpisodeResult]], policies: list[str]) -> dict[str, Any]:
+    """Over the pairing units where every policy has a finished endpoint: in how many each policy's
+    endpoint is strictly above every other policy's (issue 27's aim reads "ahead of every other
+    policy in most paired seeds"; the per-pair ahead / tied / behind counts are in `pairs`)."""
+    units = [u for u in sorted(set.intersection(*(set(by_seed[p]) for p in policies)) if policies else set(), key=str)
+             if all(endpoint_mean(by_seed[p][u]) is not None for p in policies)]
+    score = {p: {u: endpoint_mean(by_seed[p][u]) for u in units} for p in policies}
+    return {"units": len(units),
+            "per_policy": {p: sum(all(score[p][u] > score[q][u] for q in policies if q != p) for u in units)
+                           for p in policies}}
 
 
 def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
