@@ -71,7 +71,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     for name, pr in summary["pairs"].items():
         e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
         lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
-                           "/".join(str(e.get(k, "–")) for k in ("ahead", "tied", "behind")),
+                           "/".join(str(e[k]) for k in ("ahead", "tied", "behind")),
                            pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
                            w["ci95"], _f(w["sign_flip_p"], 4)]))
     lines += _per_world(summary)
@@ -84,9 +84,9 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
 
 
 def _ahead_line(summary: dict[str, Any]) -> list[str]:
-    """How often each policy's endpoint was strictly above every other's (summaries stored before it: none)."""
-    ahead = summary.get("ahead_of_all")
-    if not ahead or not ahead["units"]:
+    """How often each policy's endpoint was strictly above every other's (nothing while no pair is complete)."""
+    ahead = summary["ahead_of_all"]
+    if not ahead["units"]:
         return []
     return [f"Ahead of every other policy on the test endpoint, of the {ahead['units']} pairs every policy finished: "
             + "; ".join(f"{p} {k}" for p, k in ahead["per_policy"].items()) + ".", ""]

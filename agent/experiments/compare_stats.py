@@ -76,7 +76,7 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], me
                            "ahead": sum(d > 0 for d in diffs), "tied": sum(d == 0 for d in diffs),
                            "behind": sum(d < 0 for d in diffs)}
     if seeds:
-        out["mean_diff"] = sum(out["diffs"]) / len(seeds)
+        out["mean_diff"] = sum(diffs) / len(seeds)
     if len(seeds) >= 2:  # one pair has no sign-flip distribution: its p stays None
         out["sign_flip_p"] = sign_flip_test(out["diffs"])
     if len(seeds) >= 2 and len(set(out["diffs"])) > 1:
@@ -101,19 +101,19 @@ def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
                              "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
              for a, b in itertools.combinations(policies, 2)}
     return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
-            "pairs": pairs, "ahead_of_all": ahead_of_all(by_seed, policies), "families": families, "failed": failed, "pairing": pairing_check(ok),
-            "cache": cache_summary(ok)}
+            "pairs": pairs, "ahead_of_all": ahead_of_all(by_seed, policies), "families": families, "failed": failed,
+            "pairing": pairing_check(ok), "cache": cache_summary(ok)}
 
 
 def ahead_of_all(by_seed: dict[str, dict[int | str, EpisodeResult]], policies: list[str]) -> dict[str, Any]:
     """Over the pairing units where every policy has a finished endpoint: in how many each policy's
     endpoint is strictly above every other policy's (issue 27's aim reads "ahead of every other
     policy in most paired seeds"; the per-pair ahead / tied / behind counts are in `pairs`)."""
-    units = [u for u in sorted(set.intersection(*(set(by_seed[p]) for p in policies)) if policies else set(), key=str)
-             if all(endpoint_mean(by_seed[p][u]) is not None for p in policies)]
-    score = {p: {u: endpoint_mean(by_seed[p][u]) for u in units} for p in policies}
+    common = set.intersection(*(set(by_seed[p]) for p in policies)) if policies else set()
+    score = {u: {p: endpoint_mean(by_seed[p][u]) for p in policies} for u in common}
+    units = [u for u, s in score.items() if None not in s.values()]
     return {"units": len(units),
-            "per_policy": {p: sum(all(score[p][u] > score[q][u] for q in policies if q != p) for u in units)
+            "per_policy": {p: sum(all(score[u][p] > score[u][q] for q in policies if q != p) for u in units)
                            for p in policies}}
 
 
