@@ -79,3 +79,30 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, world):
     with pytest.raises(BadInput, match="save_pretrained"):
         train(card("sft"), str(tmp_path), sft_examples(8), out_dir=str(tmp_path / "d"), run_key="d")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_trial_cut_short_after_its_last_checkpoint_resumes_to_the_same_child(world, monkeypatch):
+    """A crash between a trial's last checkpoint (its stop step) and the publish: the resume must not
+    train past the stop (the Trainer runs a step before a callback can stop it) and must give the
+    child the uninterrupted trial gives (kill -9 on the real path, CI 5 Dec 2026)."""
+    import trainers.run as run
+
+    root, parent, _ = world
+    trial_card = card("sft", steps=10)
+    whole = train(trial_card, str(parent), sft_examples(80), out_dir=str(root / "whole"), run_key="t", fraction=0.2,
+                  threads=1)
+    assert whole.steps == 2
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed after the last checkpoint, before the publish")
+
+    monkeypatch.setattr(run, "_publish", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train(trial_card, str(parent), sft_examples(80), out_dir=str(root / "cut"), run_key="t", fraction=0.2, threads=1)
+    work = next(root.glob("cut.work*"))
+    assert sorted(p.name for p in work.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    monkeypatch.undo()
+    resumed = train(trial_card, str(parent), sft_examples(80), out_dir=str(root / "cut"), run_key="t", fraction=0.2,
+                    threads=1)
+    assert (resumed.steps, resumed.log["resumed_step"]) == (2, 1.0)
+    assert resumed.checkpoint_sha256 == whole.checkpoint_sha256

@@ -99,6 +99,11 @@ def publish(tmp: Path, out_dir: str | os.PathLike) -> Path:
     return out
 
 
+def checkpoint_step(path: Path) -> int:
+    """N of a Trainer's `checkpoint-N` directory."""
+    return int(path.name.rsplit("-", 1)[1])
+
+
 def last_trainer_checkpoint(work_dir: str | os.PathLike) -> Path | None:
     """The newest complete `checkpoint-N` of a Trainer output dir (trainer_state.json is
     written last by the Trainer, so a checkpoint without it is a half-written one)."""
@@ -106,7 +111,7 @@ def last_trainer_checkpoint(work_dir: str | os.PathLike) -> Path | None:
     if not root.is_dir():
         return None
     done = [p for p in root.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
-    return max(done, key=lambda p: int(p.name.rsplit("-", 1)[1]), default=None)
+    return max(done, key=checkpoint_step, default=None)
 
 
 def resolve_state_dir(resume_from: str | os.PathLike) -> Path:

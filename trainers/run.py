@@ -174,9 +174,17 @@ def _work_dir(out: Path, run_key: str) -> Path:
     return work
 
 
-def _start_state(work: Path, resume_from: str | None, schedule: int) -> tuple[Path | None, bool]:
+def _start_state(work: Path, resume_from: str | None, schedule: int, stop_at: int) -> tuple[Path | None, bool]:
     """(state to resume, whether it is a trial being continued): the newest own checkpoint
-    (crash resume) first, else the trial state named by resume_from."""
+    before the stop step (crash resume) first, else the trial state named by resume_from.
+
+    A checkpoint at the stop step is a finished run that a crash cut short before it was
+    published. Resumed from there, a trial would train one step past its prefix: the Trainer
+    runs a step before any callback can stop it (its stop is on_step_end). So such checkpoints
+    are dropped, and the run re-trains from the one before, at most save_steps steps."""
+    for late in work.glob("checkpoint-*") if work.is_dir() else ():
+        if ckpt.checkpoint_step(late) >= stop_at:
+            shutil.rmtree(late)
     own = ckpt.last_trainer_checkpoint(work)
     if own is not None or resume_from is None:
         return own, False
@@ -346,7 +354,7 @@ def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
     _validate(card, parent_dir, examples, reward_funcs)
     schedule, stop_at = plan_steps(card, fraction)
     work = _work_dir(out, run_key)
-    start, _ = _start_state(work, resume_from, schedule)
+    start, _ = _start_state(work, resume_from, schedule, stop_at)
     resumed_step = json.loads((start / "trainer_state.json").read_text())["global_step"] if start else 0
 
     t0 = time.perf_counter()
