@@ -8,7 +8,8 @@ Every policy's children face the same four checks, in this order, on ADOPTION sp
                    reported beside it (and blocks only if the run config says so).
 2. target        - the candidate's target reaches its minimum meaningful gain and U_prom > 0.
 3. captrack      - no CapTrack group or sub-capability worse than the allowed regime; a
-                   severe or catastrophic verdict needs `min_severe_items` paired items.
+                   severe or catastrophic verdict needs `min_severe_items` paired items and,
+                   on them, a significant loss (exact McNemar p < alpha, more lost than gained).
 4. hard_failures - unparseable share, any UNKNOWN metric or item, NaN, a failed sanity check.
 
 Beside each of the first three, the paired comparison of its items (`policies.stats.paired_stats`:
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -59,6 +60,12 @@ class GateConfig(Frozen):
     min_severe_items: Annotated[int, Field(ge=1)] = 30
     """Paired items a CapTrack group or sub-capability needs before it can be judged severe or
     catastrophic; with fewer, such a drift is capped at moderate (at 7 items one item is 14 pp)."""
+    severe_needs_significant_loss: bool = False
+    """A severe or catastrophic CapTrack regime also needs its paired items to show a significant
+    loss: more items lost than gained, exact McNemar p < alpha; otherwise it is capped at moderate
+    (2 of 30 paraphrase items lost is a -33 % drift on a near-floor probe, and p = 0.5). Every
+    gate a run config builds sets it (uniform_gate_config); False is the rule a manifest frozen
+    before the field existed ran, so that reading one back describes the gate that ran."""
     max_unparseable_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2
     """Largest share of unparseable child outputs per suite."""
     ifeval_suite: Ident = "ifeval"
@@ -70,9 +77,10 @@ class GateConfig(Frozen):
 
 
 def uniform_gate_config(*, ifeval_max_drop_pp: float, min_gain_pp: float, kappa_pp: float, alpha: float) -> GateConfig:
-    """The gate's config with one minimum gain and one kappa for every family (what a run config gives)."""
+    """The gate's config with one minimum gain and one kappa for every family (what a run config
+    gives); a severe CapTrack regime needs a significant loss on its items."""
     return GateConfig(ifeval_max_drop_pp=ifeval_max_drop_pp, alpha=alpha, min_gain_pp={f: min_gain_pp for f in FAMILIES},
-                      kappa={f: kappa_pp for f in FAMILIES})
+                      kappa={f: kappa_pp for f in FAMILIES}, severe_needs_significant_loss=True)
 
 
 # --- paired items ----------------------------------------------------------------------
@@ -154,6 +162,10 @@ class MetricDrift(Frozen):
     """False when the base is zero or below the metric's floor, or a score is UNKNOWN."""
 
 
+Capped = Literal["too few items", "no significant loss"]
+"""Why a CapTrack regime was capped at moderate (judged_severity)."""
+
+
 class CapDrift(Frozen):
     name: Ident
     """Group (CAN) or sub-capability (`CAN/C1`)."""
@@ -162,8 +174,10 @@ class CapDrift(Frozen):
     raw_severity: Severity | None
     """Regime of drift_pct alone; None when nothing decides."""
     severity: Severity | None
-    """The judged regime: raw_severity, capped at moderate when `paired.n` is below the gate's
-    min_severe_items (judged_severity owns the rule)."""
+    """The judged regime: raw_severity, or moderate where the paired items do not bear a severe
+    or catastrophic one out (judged_severity owns the rule)."""
+    capped_by: Capped | None = None
+    """Why severity is below raw_severity (None: it is not)."""
     n_members: Annotated[int, Field(ge=0)]
     """Metrics (for a sub) or subs (for a group) inside it."""
     paired: PairedStats
@@ -192,11 +206,19 @@ def severity(drift_pct: float) -> Severity:
     return "catastrophic"
 
 
-def judged_severity(regime: Severity | None, n_items: int, min_items: int) -> Severity | None:
-    """A severe or catastrophic regime on fewer than min_items paired items is capped at moderate."""
-    if regime in ("severe", "catastrophic") and n_items < min_items:
-        return "moderate"
-    return regime
+def judged_severity(regime: Severity | None, pairs: PairedStats, cfg: GateConfig) -> tuple[Severity | None, Capped | None]:
+    """(judged regime, why it was capped): a severe or catastrophic regime stands only on at
+    least cfg.min_severe_items paired items that show a significant loss (more lost than gained
+    at exact McNemar p < cfg.alpha, where cfg.severe_needs_significant_loss); otherwise it is
+    capped at moderate. A relative drift on a near-floor probe is large on one or two items:
+    the items, not the percentage, say whether the capability moved (docs/GATE.md §5)."""
+    if regime not in ("severe", "catastrophic"):
+        return regime, None
+    if pairs.n < cfg.min_severe_items:
+        return "moderate", "too few items"
+    if cfg.severe_needs_significant_loss and not (pairs.b > pairs.c and pairs.mcnemar_p < cfg.alpha):
+        return "moderate", "no significant loss"
+    return regime, None
 
 
 def _harm_signed(rel: float, direction: str) -> float:
@@ -237,11 +259,12 @@ def _pooled(members: list[Member]) -> tuple[Outcomes, Outcomes]:
     return before, after
 
 
-def _cap(name: str, members: list[Member], min_items: int) -> CapDrift:
+def _cap(name: str, members: list[Member], cfg: GateConfig) -> CapDrift:
     d = _mean([x for x, _, _ in members if x is not None])
     raw = None if d is None else severity(d)
     pairs = paired_stats(*_pooled(members), name)
-    return CapDrift(name=name, drift_pct=d, raw_severity=raw, severity=judged_severity(raw, pairs.n, min_items),
+    judged, capped_by = judged_severity(raw, pairs, cfg)
+    return CapDrift(name=name, drift_pct=d, raw_severity=raw, severity=judged, capped_by=capped_by,
                     n_members=len(members), paired=pairs)
 
 
@@ -259,18 +282,18 @@ def captrack_profile(base: Results, model: Results, specs: tuple[MetricSpec, ...
                      config: GateConfig | None = None) -> Profile:
     """Per-metric drift vs the OOB model, aggregated per sub-capability, then per group; each
     aggregate carries its paired items and its judged regime (config: the gate's, default GateConfig())."""
-    min_items = (config or GateConfig()).min_severe_items
+    cfg = config or GateConfig()
     rows = [metric_drift(s, metric_value(base, s.name), metric_value(model, s.name)) for s in specs]
     subs: dict[tuple[str, str], list[Member]] = {}
     for s, r in zip(specs, rows):
         member = (r.drift_pct if r.decides else None, metric_items(base, s.name), metric_items(model, s.name))
         subs.setdefault((r.group, r.sub), []).append(member)
-    sub_caps = [_cap(f"{g}/{s}", m, min_items) for (g, s), m in subs.items()]
+    sub_caps = [_cap(f"{g}/{s}", m, cfg) for (g, s), m in subs.items()]
     groups: dict[str, list[Member]] = {}
     for members, cap in zip(subs.values(), sub_caps):  # equal weight per sub-capability
         groups.setdefault(cap.name.partition("/")[0], []).append((cap.drift_pct, *_pooled(members)))
     return Profile(metrics=tuple(rows), subs=tuple(sub_caps),
-                   groups=tuple(_cap(g, m, min_items) for g, m in groups.items()))
+                   groups=tuple(_cap(g, m, cfg) for g, m in groups.items()))
 
 
 # --- the four checks ---------------------------------------------------------------------
@@ -335,22 +358,28 @@ def _se_text(pairs: PairedStats) -> str:
     return "paired SE n/a" if pairs.se_pp is None else f"paired SE {pairs.se_pp:.2f} pp"
 
 
-def _capped_text(cap: CapDrift, min_items: int) -> str:
-    return (f"{cap.name}: {cap.drift_pct:.1f}% on {cap.paired.n} items, below the {min_items} needed "
-            f"for a {cap.raw_severity} verdict")
+def _capped_text(cap: CapDrift, cfg: GateConfig) -> str:
+    head = f"{cap.name}: {cap.drift_pct:.1f}% on {cap.paired.n} items"
+    if cap.capped_by == "too few items":
+        return f"{head}, below the {cfg.min_severe_items} needed for a {cap.raw_severity} verdict"
+    return (f"{head}, {cap.paired.b} lost vs {cap.paired.c} gained (McNemar p={cap.paired.mcnemar_p:.3g}, "
+            f"not a significant loss at {cfg.alpha}) for a {cap.raw_severity} verdict")
 
 
 def _captrack(initial: Results, child: Results, cfg: GateConfig, specs: tuple[MetricSpec, ...]) -> GateCheck:
     prof = captrack_profile(initial, child, specs, cfg)
-    nums: dict[str, float | str | None] = {"allowed_regime": cfg.allowed_regime, "min_severe_items": cfg.min_severe_items}
+    nums: dict[str, float | str | None] = {"allowed_regime": cfg.allowed_regime, "min_severe_items": cfg.min_severe_items,
+                                           "severe_needs_significant_loss": "yes" if cfg.severe_needs_significant_loss else "no",
+                                           "alpha": cfg.alpha}
     for m in prof.metrics:
         nums.update({f"{m.name}.drift_pct": m.drift_pct, f"{m.name}.abs_delta": m.abs_delta,
                      f"{m.name}.decides": "yes" if m.decides else "no"})
     caps = prof.subs + prof.groups
     for cap in caps:
         nums.update({f"{cap.name}.drift_pct": cap.drift_pct, f"{cap.name}.severity": cap.severity,
-                     f"{cap.name}.raw_severity": cap.raw_severity, **paired_numbers(cap.paired, f"{cap.name}.")})
-    capped = [_capped_text(c, cfg.min_severe_items) for c in caps if c.severity != c.raw_severity]
+                     f"{cap.name}.raw_severity": cap.raw_severity, f"{cap.name}.capped_by": cap.capped_by,
+                     **paired_numbers(cap.paired, f"{cap.name}.")})
+    capped = [_capped_text(c, cfg) for c in caps if c.capped_by is not None]
     nums["capped"] = "; ".join(capped)[:400] or None
     note = f" ({'; '.join(capped)}: capped at moderate)" if capped else ""
     unknown = [m.name for m in prof.metrics if m.base is None or m.value is None]

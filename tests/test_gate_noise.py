@@ -68,7 +68,11 @@ def world(model: str, *, arith: list[bool], ifeval=IFEVAL, sql=(True,) * 20 + (F
     return out
 
 
-def judge(initial, child, cfg=GateConfig()):
+RUN_GATE = uniform_gate_config(ifeval_max_drop_pp=2.0, min_gain_pp=1.0, kappa_pp=10.0, alpha=0.05)
+"""The gate a default run config builds."""
+
+
+def judge(initial, child, cfg=RUN_GATE):
     return gate(initial, initial, child, cfg, SPECS, target_suite="sql/target", target_metric="exec_acc",
                 family_targets=FAMILY_TARGETS)
 
@@ -105,11 +109,23 @@ def test_paired_stats_agree_with_the_formula_on_any_items(pairs):
     assert s.mcnemar_p == (pytest.approx(stats.binomtest(b, b + c).pvalue) if b + c else 1.0)
 
 
-@given(st.sampled_from(SEVERITIES), st.integers(0, 100), st.integers(1, 100))
-def test_the_cap_only_lowers_and_only_below_the_minimum(regime, n, minimum):
-    judged = judged_severity(regime, n, minimum)
+@given(st.sampled_from(SEVERITIES), st.integers(0, 60), st.integers(0, 60), st.integers(0, 60), st.integers(1, 100),
+       st.booleans())
+def test_the_cap_only_lowers_and_only_without_enough_items_or_a_significant_loss(regime, lost, gained, same, minimum,
+                                                                                  needs_loss):
+    before = {f"i{k}": True for k in range(lost)} | {f"g{k}": False for k in range(gained)}
+    before |= {f"s{k}": True for k in range(same)}
+    after = {k: (not v if k[0] in "ig" else v) for k, v in before.items()}
+    pairs = paired_stats(before, after, "sub")
+    cfg = GateConfig(min_severe_items=minimum, severe_needs_significant_loss=needs_loss)
+    judged, why = judged_severity(regime, pairs, cfg)
     assert SEVERITIES.index(judged) <= SEVERITIES.index(regime)
-    assert (judged == regime) == (n >= minimum or SEVERITIES.index(regime) <= SEVERITIES.index("moderate"))
+    significant = lost > gained and stats.binomtest(lost, lost + gained).pvalue < cfg.alpha
+    stands = lost + gained + same >= minimum and (significant or not needs_loss)
+    assert (judged == regime) == (stands or SEVERITIES.index(regime) <= SEVERITIES.index("moderate"))
+    assert (why is None) == (judged == regime)
+    if why is not None:
+        assert judged == "moderate" and why == ("too few items" if pairs.n < minimum else "no significant loss")
 
 
 def test_every_guard_reports_n_se_and_mcnemar():
@@ -144,24 +160,62 @@ def test_seven_item_drift_of_minus_16_7_percent_is_capped_and_does_not_block():
     assert "CAN/C1: -16.7% on 7 items, below the 30 needed for a severe verdict" in check(v, "captrack").reason
 
 
-def test_the_same_drift_on_40_items_is_severe_and_blocks():
-    initial = world("initial", arith=[True] * 30 + [False] * 10)
-    v = judge(initial, world("child", arith=[True] * 25 + [False] * 15, sql=SQL_UP))  # 30/40 -> 25/40
+def test_the_same_drift_on_60_items_is_severe_and_blocks():
+    initial = world("initial", arith=[True] * 42 + [False] * 18)
+    v = judge(initial, world("child", arith=[True] * 35 + [False] * 25, sql=SQL_UP))  # 42/60 -> 35/60
     nums = check(v, "captrack").numbers
     assert not v.promote and v.decided_by == "captrack"
     assert nums["CAN/C1.drift_pct"] == pytest.approx(-100.0 / 6)
-    assert (nums["CAN/C1.severity"], nums["CAN/C1.n_items"], nums["CAN/C1.mcnemar_b"]) == ("severe", 40, 5)
-    assert nums["CAN/C1.mcnemar_p"] == pytest.approx(stats.binomtest(5, 5).pvalue)
-    assert nums["capped"] is None
+    assert (nums["CAN/C1.severity"], nums["CAN/C1.n_items"], nums["CAN/C1.mcnemar_b"]) == ("severe", 60, 7)
+    assert nums["CAN/C1.mcnemar_p"] == pytest.approx(stats.binomtest(7, 7).pvalue) and nums["CAN/C1.mcnemar_p"] < 0.05
+    assert nums["capped"] is None and nums["CAN/C1.capped_by"] is None
+
+
+def test_five_items_lost_of_40_is_no_significant_loss_under_the_run_gate_and_severe_under_the_old_one():
+    initial = world("initial", arith=[True] * 30 + [False] * 10)
+    child = world("child", arith=[True] * 25 + [False] * 15, sql=SQL_UP)  # 30/40 -> 25/40: -16.7 %, b 5, c 0
+    v = judge(initial, child)
+    nums = check(v, "captrack").numbers
+    assert v.promote and nums["CAN/C1.mcnemar_p"] == pytest.approx(0.0625)
+    assert (nums["CAN/C1.raw_severity"], nums["CAN/C1.severity"]) == ("severe", "moderate")
+    assert nums["CAN/C1.capped_by"] == "no significant loss"
+    assert ("CAN/C1: -16.7% on 40 items, 5 lost vs 0 gained (McNemar p=0.0625, not a significant loss at 0.05) "
+            "for a severe verdict") in check(v, "captrack").reason
+    # GateConfig()'s default is the rule of manifests frozen before the field: the items alone decide
+    old = judge(initial, child, GateConfig())
+    assert not old.promote and old.decided_by == "captrack"
+    assert check(old, "captrack").numbers["CAN/C1.severity"] == "severe"
+
+
+def test_two_paraphrase_items_of_30_do_not_veto_a_target_gain_and_a_significant_loss_does():
+    # world 0 of compare-v7 (5 Dec 2026): a near-floor probe, 4 of its 30 items right before, 2 of
+    # them lost and none gained: a -50 % drift, catastrophic by the percentage alone, McNemar p = 0.5.
+    initial = world("initial", arith=[True] * 4 + [False] * 26)
+    v = judge(initial, world("child", arith=[False] * 2 + [True] * 2 + [False] * 26, sql=SQL_UP))
+    nums = check(v, "captrack").numbers
+    assert nums["CAN/C1.drift_pct"] == pytest.approx(-50.0)
+    assert (nums["CAN/C1.raw_severity"], nums["CAN/C1.severity"], nums["CAN/C1.n_items"]) == ("catastrophic", "moderate", 30)
+    assert nums["CAN/C1.mcnemar_p"] == pytest.approx(0.5) and v.promote
+    # world 1 (S11): 131 of 200 right before, 23 lost and 7 gained: -12.2 %, p = 0.0052, a real loss
+    initial = world("initial", arith=[True] * 131 + [False] * 69)
+    v = judge(initial, world("child", arith=[False] * 23 + [True] * 108 + [True] * 7 + [False] * 62, sql=SQL_UP))
+    nums = check(v, "captrack").numbers
+    assert (nums["CAN/C1.mcnemar_b"], nums["CAN/C1.mcnemar_c"]) == (23, 7)
+    assert nums["CAN/C1.drift_pct"] == pytest.approx(-1600.0 / 131) and nums["CAN/C1.paired_delta_pp"] == pytest.approx(-8.0)
+    assert nums["CAN/C1.mcnemar_p"] == pytest.approx(stats.binomtest(7, 30).pvalue)
+    assert nums["CAN/C1.mcnemar_p"] < 0.05
+    assert nums["CAN/C1.severity"] == "severe" and not v.promote and v.decided_by == "captrack"
 
 
 def test_the_minimum_is_a_frozen_gate_field():
     initial = world("initial", arith=[True] * 6 + [False])
     child = world("child", arith=[True] * 5 + [False] * 2, sql=SQL_UP)
     assert judge(initial, child, GateConfig(min_severe_items=7)).decided_by == "captrack"
-    default = uniform_gate_config(ifeval_max_drop_pp=2.0, min_gain_pp=1.0, kappa_pp=10.0, alpha=0.05)
-    assert default.model_dump(mode="json")["min_severe_items"] == 30  # what the manifest freezes
-    prof = captrack_profile(initial, child, SPECS)  # `agent profile` judges with the gate's default
+    frozen = RUN_GATE.model_dump(mode="json")  # what the manifest freezes
+    assert (frozen["min_severe_items"], frozen["severe_needs_significant_loss"]) == (30, True)
+    assert GateConfig.model_validate({k: v for k, v in frozen.items()
+                                      if k != "severe_needs_significant_loss"}).severe_needs_significant_loss is False
+    prof = captrack_profile(initial, child, SPECS, RUN_GATE)
     assert {c.name: c.severity for c in prof.subs + prof.groups}["CAN"] == "moderate"
 
 
@@ -198,5 +252,10 @@ def test_the_report_shows_each_check_beside_its_noise():
     assert set(rows) == {"ifeval_guard", "target", "captrack CAN/C1", "captrack CAN", "captrack WILL", "captrack HOW"}
     c1 = rows["captrack CAN/C1"]
     assert (c1["items"], c1["passed"], c1["regime"]) == (7, "pass", "moderate (capped from severe: too few items)")
+    old = check(v, "captrack").numbers.copy()
+    del old["CAN/C1.capped_by"]  # a verdict stored before the gate said why: too few items was the only reason
+    verdict = v.model_copy(update={"checks": tuple(c.model_copy(update={"numbers": old}) if c.name == "captrack" else c
+                                                   for c in v.checks)})
+    assert {r[2]: r[-1] for r in noise_rows([(3, "S08", verdict)])}["captrack CAN/C1"] == c1["regime"]
     target = check(v, "target").numbers
     assert rows["target"]["paired SE pp"] == target["paired_se_pp"] and rows["target"]["items"] == 40

@@ -148,10 +148,11 @@ def cmd_gate(args) -> int:
 
 
 def profile_report(base: dict, model: dict, specs: tuple) -> dict:
-    """CapTrack profile + paired retention as plain JSON (what `agent profile --json` prints)."""
+    """CapTrack profile + paired retention as plain JSON (what `agent profile --json` prints),
+    its regimes judged as the gate of a default run config judges them."""
     from policies.gate import captrack_profile  # noqa: PLC0415 (numpy)
 
-    prof = captrack_profile(base, model, specs)
+    prof = captrack_profile(base, model, specs, gate_config_for(build_config()))
     paired = [s for s in sorted(set(base) & set(model)) if base[s].items and model[s].items]
     return {"base_sha256": next(iter(base.values())).identity.model_sha256,
             "model_sha256": next(iter(model.values())).identity.model_sha256,

@@ -194,7 +194,9 @@ def _noise_parts(check: GateCheck) -> list[tuple[str, str]]:
 
 def _regime(nums: dict, prefix: str) -> str | None:
     judged, raw = nums.get(f"{prefix}severity"), nums.get(f"{prefix}raw_severity")
-    return f"{judged} (capped from {raw}: too few items)" if judged != raw else judged
+    # a verdict stored before the gate recorded why had one reason only: too few items
+    why = nums.get(f"{prefix}capped_by") or "too few items"
+    return f"{judged} (capped from {raw}: {why})" if judged != raw else judged
 
 
 def noise_rows(judged: list[tuple[int, str, GateVerdict]]) -> list[list[Any]]:
@@ -303,7 +305,9 @@ def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
     out.append(Section("Gate checks beside the noise (paired, by item id)", [
         "Paired Δ: mean per-item change in correctness (pp) against the initial parent (the target: against "
         "the current parent), with its standard error and the exact McNemar p on the items that changed. A "
-        f"CapTrack regime worse than moderate needs {manifest.gate.min_severe_items} items.",
+        f"CapTrack regime worse than moderate needs {manifest.gate.min_severe_items} items"
+        + (f" that show a significant loss (McNemar p < {manifest.gate.alpha}, more lost than gained)."
+           if manifest.gate.severe_needs_significant_loss else "."),
         Table(NOISE_HEADER, noise, id="gate-noise") if noise else "(no child reached the gate)"]))
     out.append(time_section(ledger.charges(rd.episode_id), inputs.wall_seconds))
     return out
