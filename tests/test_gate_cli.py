@@ -101,3 +101,17 @@ def test_profile_cli_prints_profile_retention_and_heatmap(models, capsys):
     assert [g["name"] for g in report["profile"]["groups"]] == ["CAN", "WILL", "HOW"]
     ifeval = next(t for t in report["retention"]["tasks"] if t["task"] == "ifeval")
     assert (ifeval["kept"], ifeval["lost"], ifeval["forgetting_pct"]) == (240, 0, 0.0)
+
+
+def test_profile_cli_text_names_each_regime_and_why_it_was_capped(models, capsys):
+    tmp, _ = models
+    argv = ["profile", "--base", str(tmp / "initial"), "--model", str(tmp / "forgetful"), "--out", str(tmp / "e")]
+    assert main(argv + ["--json"]) == 0
+    profile = json.loads(capsys.readouterr().out)["profile"]
+    caps = {c["name"]: c for c in profile["groups"] + profile["subs"]}
+    assert main(argv) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if "drift" in line}
+    assert set(lines) == set(caps)
+    for name, c in caps.items():
+        assert lines[name].endswith(str(c["severity"]) + (f" (capped from {c['raw_severity']}: {c['capped_by']})"
+                                                          if c["capped_by"] else ""))

@@ -179,7 +179,8 @@ def cmd_profile(args) -> int:
         print(json.dumps(report, indent=2, allow_nan=False))
     else:
         for c in report["profile"]["groups"] + report["profile"]["subs"]:
-            print(f"  {c['name']:12s} drift {c['drift_pct']}  {c['severity']}")
+            capped = f" (capped from {c['raw_severity']}: {c['capped_by']})" if c["capped_by"] else ""
+            print(f"  {c['name']:12s} drift {c['drift_pct']}  {c['severity']}{capped}")
         r = report["retention"]
         print(f"  retention mean {r['mean_retention_pct']}  worst task {r['worst_task']} F={r['worst_forgetting_pct']}")
     return 0
