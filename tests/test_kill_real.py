@@ -17,7 +17,10 @@ Where a kill lands:
 - inside the promotion: `promote.replace` (the new parent.json fsync'd to its temporary file, not
   yet renamed) and `promote.done` (renamed, the event not yet appended), from agent/run/promotion.py;
 - inside a training or an evaluation, from outside: the test SIGKILLs the process when the
-  trainer's work folder or checkpoint directory, or the evaluator's first output file, appears.
+  trainer's work folder or checkpoint directory, or the evaluator's first output file, appears;
+- inside the trial after its last checkpoint, before its child is published: a spy on
+  trainers.run._publish in the child SIGKILLs it there (its resume must not train past the
+  trial's stop step: CI found that a late kill did, 5 Dec 2026).
 
 Promotion on this world is rare: of 18 trained children gated while choosing the library
 (function, finance and mixed SFT recipes, 10 to 150 steps, learning rates 5e-4 to 8e-3, with and
@@ -160,7 +163,22 @@ def _count_trainer_starts() -> None:
     Trainer.train = train
 
 
-def _child(folder: Path, argv: list[str], kill_at: str | None) -> None:
+def _kill_before_publish(kind: str) -> None:
+    """In the child: SIGKILL the process when a run of `kind` (`trial`, `train`) is about to be
+    published, its last checkpoint written (a spy on trainers.run._publish, which it never calls)."""
+    import trainers.run as run
+
+    real = run._publish
+
+    def publish(*args, run_key, **kwargs):
+        if run_key.endswith(f":{kind}"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, run_key=run_key, **kwargs)
+
+    run._publish = publish
+
+
+def _child(folder: Path, argv: list[str], kill_at: str | None, before_publish: str | None = None) -> None:
     """The forked process: `agent ARGV` in `folder`, its output appended to folder/log.txt."""
     rc = 70
     try:
@@ -174,6 +192,8 @@ def _child(folder: Path, argv: list[str], kill_at: str | None) -> None:
             os.environ["AGENT_KILL_AT"] = kill_at
         print(f"$ agent {' '.join(argv)}" + (f"  [AGENT_KILL_AT={kill_at}]" if kill_at else ""))
         _count_trainer_starts()
+        if before_publish:
+            _kill_before_publish(before_publish)
         from agent.cli.main import main
 
         rc = main(argv)
@@ -199,12 +219,13 @@ class Ran:
 Watch = Callable[[Path], "str | None"]
 
 
-def agent(folder: Path, argv: list[str], kill_at: str | None = None, watch: Watch | None = None) -> Ran:
+def agent(folder: Path, argv: list[str], kill_at: str | None = None, watch: Watch | None = None,
+          before_publish: str | None = None) -> Ran:
     """Run `agent ARGV` in a forked child; SIGKILL it when `watch` names a path that appeared."""
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(folder, argv, kill_at)
+        _child(folder, argv, kill_at, before_publish)
     hit = None
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -284,6 +305,8 @@ class Kill:
     """... when the nth new one appears (2 for a checkpoint: the first is then complete)."""
     check: Callable[[Path], None] | None = None
     """What must hold on disk right after this kill."""
+    before_publish: str | None = None
+    """SIGKILL when a run of this kind (`trial`, `train`) is about to be published (_kill_before_publish)."""
 
 
 def appears(pattern: str, nth: int = 1) -> Callable[[Path], Watch]:
@@ -327,6 +350,7 @@ CHAIN = (
     Kill("after authorize: Validate", at="authorize"),
     Kill("inside the trial's first evaluation (a validation output appears)", watch="runs/ep/evals/*-validation/*"),
     Kill("inside the trial's training (its first checkpoint appears)", watch=TRIAL_CKPT),
+    Kill("inside the trial, after its last checkpoint, before its child is published", before_publish="trial"),
     Kill("after validate: the trial failed", at="validate"),
     Kill("after commit: trial_failed", at="commit"),
     Kill("after authorize: Train", at="authorize"),
@@ -376,7 +400,8 @@ def run_chain(folder: Path, kills: tuple[Kill, ...], first: list[str]) -> Counte
     added: Counter = Counter()
     for n, kill in enumerate(kills):
         argv = first if n == 0 else ["run", "--resume", str(RUN), "--quiet"]
-        ran = agent(folder, argv, kill_at=kill.at, watch=appears(kill.watch, kill.nth)(folder) if kill.watch else None)
+        ran = agent(folder, argv, kill_at=kill.at, watch=appears(kill.watch, kill.nth)(folder) if kill.watch else None,
+                    before_publish=kill.before_publish)
         assert ran.rc == -signal.SIGKILL, f"{kill.name}: exit {ran.rc}\n{_log_tail(folder)}"
         where = _last_node(folder)
         if kill.at is not None and kill.at.startswith("promote."):
@@ -385,6 +410,9 @@ def run_chain(folder: Path, kills: tuple[Kill, ...], first: list[str]) -> Counte
             assert where.startswith(kill.at), (kill.name, where)
         if "checkpoint" in (ran.hit or "") and (key := _killed_run_key(ran.hit)) is not None:
             added[key] += 1  # a trainer had started: its resume is one more start of the same run key
+        if kill.before_publish:
+            work, = (folder / RUN / "steps").glob(f"*/{kill.before_publish}.work")
+            added[(work / "run_key").read_text()] += 1
         if kill.check is not None:
             kill.check(folder)
         assert_clean(folder, audit=False)
@@ -447,10 +475,15 @@ def test_kill_nine_on_the_real_path(pristine):
     killed = _scenario(pristine, "killed")
     killed_at_start(killed)
     added = run_chain(killed, CHAIN, ARGV)
-    assert sorted(added.values()) == [1, 1, 2], added  # the trial, the second full run once; the first twice
+    # the second full run resumed once; the trial and the first full run twice
+    assert sorted((k.rsplit(":", 1)[1], n) for k, n in added.items()) == [("train", 1), ("train", 2), ("trial", 2)], added
     assert_like_reference(killed, reference, ref_starts, added)
-    twice = next(k for k, n in added.items() if n == 2)
+    twice = next(k for k, n in added.items() if n == 2 and k.endswith(":train"))
     assert [s["resume"] is not None for s in trainer_starts(killed) if s["run_key"] == twice] == [False, True, True]
+    # killed before its publish, the trial resumed from the checkpoint before its stop step (2 of 10), never from its last
+    trial = next(k for k in added if k.endswith(":trial"))
+    resumes = [s["resume"] for s in trainer_starts(killed) if s["run_key"] == trial]
+    assert len(resumes) == 3 and Path(resumes[2]).name == "checkpoint-1", resumes
     print(f"{len(CHAIN) + 1} kills, reference and resumes in {time.monotonic() - t0:.0f} s")
 
 
