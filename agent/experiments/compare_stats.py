@@ -78,8 +78,8 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], me
     if seeds:
         out["mean_diff"] = sum(diffs) / len(seeds)
     if len(seeds) >= 2:  # one pair has no sign-flip distribution: its p stays None
-        out["sign_flip_p"] = sign_flip_test(out["diffs"])
-    if len(seeds) >= 2 and len(set(out["diffs"])) > 1:
+        out["sign_flip_p"] = sign_flip_test(diffs)
+    if len(seeds) >= 2 and len(set(diffs)) > 1:
         _, lo, hi = paired_t_interval(xa, xb)
         out["ci95"] = [lo, hi]
     elif len(seeds) >= 2:
