@@ -104,6 +104,21 @@ def test_a_stored_episode_of_other_conditions_is_refused_in_one_line_with_nothin
     assert len(calls()) == 2 and not (tmp_path / "m2").exists() and _files(results) == before
 
 
+def test_a_results_path_that_is_a_file_is_refused_before_any_episode_runs(tmp_path, fake):
+    argv_for, calls = fake
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a results directory\n")
+    for results in (blocker, blocker / "compare"):
+        with pytest.raises(BadInput, match=r"notes.txt is a file, not a directory") as exc:
+            C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results)
+        assert "\n" not in str(exc.value)
+        with pytest.raises(BadInput, match=r"notes.txt is a file"):
+            C.compare_worlds(tmp_path / "m2", ["good", "meh"], [0], [0, 1], argv_for=lambda o, p, s, w: argv_for(o, p, s, w),
+                             results=results)
+    assert calls() == [] and blocker.read_text() == "a file, not a results directory\n"
+    assert not (tmp_path / "m1").exists() and not (tmp_path / "m2").exists()
+
+
 def test_episodes_stored_on_a_machine_that_rounds_differently_are_refused_before_any_build(tmp_path, fake,
                                                                                            monkeypatch):
     """No world is built here, yet the stored episodes' world id (another numerics fingerprint) is

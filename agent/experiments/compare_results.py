@@ -92,9 +92,20 @@ class Stored:
         return Keep(self.results, self.matches[name])
 
 
+def writable_dir(results: Path) -> None:
+    """BadInput, before anything runs, where `results` could never hold a digest: it, or the nearest
+    of its parents that exists, is not a directory (else an episode would run for hours and its
+    digest fail to be kept)."""
+    there = next((p for p in (results, *results.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise BadInput(f"--results {results}: {there} is a file, not a directory: pass a new directory, or one "
+                       "written by `agent compare --results`")
+
+
 def stored(results: Path, matches: dict[str, dict[str, Any]]) -> Stored:
-    """`results` with the episodes it holds of these jobs; BadInput, before anything runs, when one
-    was measured in other conditions (`take`)."""
+    """`results` with the episodes it holds of these jobs; BadInput, before anything runs, when it
+    cannot be a directory (`writable_dir`) or one was measured in other conditions (`take`)."""
+    writable_dir(results)
     docs = take(results, matches)
     return Stored(results, matches, {n: d["digest"] for n, d in docs.items()},
                   {n: d["match"].get("code") for n, d in docs.items()})
