@@ -155,6 +155,20 @@ def test_a_run_directory_of_another_measurement_is_refused_before_anything_is_wr
     assert (out / "ledger.json").read_text() == text and [p.name for p in out.iterdir()] == ["ledger.json"]
 
 
+def test_a_results_path_under_a_file_is_refused_before_the_world_is_built(tmp_path, monkeypatch):
+    """--results is written only as cells finish, hours in: a path that can never be a directory is
+    refused first, before the world, the seed bank or any cell."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("kept\n")
+    monkeypatch.setattr(R, "ensure_world", lambda *a, **k: pytest.fail("the world was built"))
+    for results in (blocker, blocker / "retro-w0"):
+        with pytest.raises(BadInput, match=r"notes.txt is a file, not a directory") as exc:
+            R.retrospective(tmp_path / "retro", size="default", seeds=1, results=results,
+                            make_ports=lambda: pytest.fail("a cell ran"))
+        assert "\n" not in str(exc.value)
+    assert blocker.read_text() == "kept\n" and not (tmp_path / "retro").exists()
+
+
 def test_compiling_the_seed_bank_for_a_table_prints_its_progress(tmp_path, monkeypatch, capsys):
     """A new world's seed bank takes up to half an hour before the first cell: the table says so."""
     from test_catalogue import fake_world

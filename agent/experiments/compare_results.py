@@ -31,7 +31,7 @@ from experience_bank.hashing import canonical_json, content_hash
 from agent.config import RunConfig
 from agent.experiments.fitted import EXTRAPOLATION_FILE, FITTED_FILE, GONOGO_FILE
 from agent.experiments.retro_results import code_version as _code_version
-from agent.experiments.retro_results import copy_new, mismatch
+from agent.experiments.retro_results import copy_new, mismatch, writable_dir
 from agent.world.embedded import cached_world, recipe_for, recipe_sha256
 
 EPISODE_CODE = ("agent/__init__.py", "agent/__main__.py", "agent/config.py", "agent/inputs.py", "agent/progress.py",
@@ -90,16 +90,6 @@ class Stored:
 
     def keep(self, name: str) -> Keep:
         return Keep(self.results, self.matches[name])
-
-
-def writable_dir(results: Path) -> None:
-    """BadInput, before anything runs, where `results` could never hold a digest: it, or the nearest
-    of its parents that exists, is not a directory (else an episode would run for hours and its
-    digest fail to be kept)."""
-    there = next((p for p in (results, *results.parents) if p.exists()), None)
-    if there is not None and not there.is_dir():
-        raise BadInput(f"--results {results}: {there} is a file, not a directory: pass a new directory, or one "
-                       "written by `agent compare --results`")
 
 
 def stored(results: Path, matches: dict[str, dict[str, Any]]) -> Stored:

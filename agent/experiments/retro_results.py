@@ -90,6 +90,16 @@ def copy_new(src: Path, dest: Path) -> bool:
     return True
 
 
+def writable_dir(results: Path) -> None:
+    """BadInput, before anything runs, where a results directory could never be written: it, or the
+    nearest of its parents that exists, is not a directory (else hours of runs would end in a result
+    that cannot be kept)."""
+    there = next((p for p in (results, *results.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise BadInput(f"--results {results}: {there} is a file, not a directory: pass a new directory, or one "
+                       "written by --results before")
+
+
 def _seed_cell_ok(path: Path) -> bool:
     """A published per-seed cell.json names the cell and seed of its path (else it is not taken)."""
     try:

@@ -346,6 +346,8 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
     if extend_to is not None and (seeds < 2 or extend_to <= seeds):
         raise BadInput(f"--extend-to {extend_to} with --seeds {seeds}: a second stage reads the first stage's "
                        "between-seed spread and adds seeds to it; pass --seeds 2 or more and --extend-to above it")
+    if results is not None:
+        retro_results.writable_dir(results)  # before the world is built, not after hours of cells
     seed_list = list(range(seed, seed + seeds))
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None
                                 else partial(embedded_ports, size, world_seed))
