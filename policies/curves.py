@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
-import json
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
@@ -166,7 +165,7 @@ def paired_run(cell: Mapping, *, world_seed: int, card: CandidateCard | None = N
         full = _point(1.0, cell["full"])
         fields = dict(card_id=cell["id"], family=cell["family"], method=cell["method"], seed=int(cell.get("seed", 0)),
                       world_seed=world_seed, curve=curve, full=full, parent_curve=_parent_curve(cell))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadInput(f"cell {cell.get('id', '?')!r} is not an executed retrospective cell ({exc!r}): "
                        "pass the cell.json files of `agent retrospective --execute`") from exc
     if card is not None:
@@ -201,26 +200,55 @@ def curve_on(run: PairedRun, footing: Footing) -> tuple[CurvePoint, ...]:
     return run.parent_curve
 
 
-def seed_cells(out: str | Path) -> Iterable[dict]:
-    """Every finished per-seed cell of an executed retrospective directory (cells/<id>/s<seed>/cell.json)."""
+def seed_cells(out: str | Path) -> Iterable[tuple[Path, dict]]:
+    """Every finished per-seed cell of an executed retrospective directory (cells/<id>/s<seed>/cell.json),
+    with its path; BadInput naming a file that is not a JSON object."""
     root = Path(out) / "cells"
     if not root.is_dir():
         raise BadInput(f"{out} has no cells/ folder: pass the --out directory of `agent retrospective --execute`")
     for path in sorted(root.glob("*/s*/cell.json")):
-        yield json.loads(path.read_text(encoding="utf-8"))
+        yield path, _json_object(path, "an executed retrospective cell")
+
+
+def _json_object(path: Path, what: str) -> dict:
+    """A JSON object file, or BadInput naming the file (a hand-edited or truncated results file must
+    not end a fit in a traceback)."""
+    try:
+        doc = loads_strict(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, BadInput) as exc:
+        raise BadInput(f"{path} is not {what} ({exc}): restore it from git or run the measurement again") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{path} is not {what} (a JSON {type(doc).__name__}, not an object): restore it from git "
+                       "or run the measurement again")
+    return doc
 
 
 def ledger(out: str | Path) -> dict:
     """An executed retrospective directory's ledger.json ({} where it has none)."""
     path = Path(out) / "ledger.json"
-    return loads_strict(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return _json_object(path, "a retrospective ledger") if path.is_file() else {}
+
+
+def world_seed_of(out: str | Path) -> int:
+    """The world seed an executed retrospective directory's ledger names (0 where it names none)."""
+    value = ledger(out).get("world_seed", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"{Path(out) / 'ledger.json'} names world seed {value!r}, not an integer: restore it from git "
+                       "or run the measurement again")
+    return value
 
 
 def paired_runs(out: str | Path, *, cards: Mapping[str, CandidateCard] | None = None) -> list[PairedRun]:
     """The paired runs of one executed retrospective directory; its world seed from its ledger.json."""
-    world_seed = int(ledger(out).get("world_seed", 0))
+    world_seed = world_seed_of(out)
     cards = cards or {}
-    return [paired_run(c, world_seed=world_seed, card=cards.get(c["id"])) for c in seed_cells(out)]
+    runs = []
+    for path, cell in seed_cells(out):
+        try:
+            runs.append(paired_run(cell, world_seed=world_seed, card=cards.get(cell.get("id"))))
+        except BadInput as exc:
+            raise BadInput(f"{path}: {exc}") from None
+    return runs
 
 
 def paired_runs_json(path: str | Path) -> list[PairedRun]:

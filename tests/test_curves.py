@@ -43,6 +43,33 @@ def test_a_cell_without_runs_is_refused_in_one_line(tmp_path):
         paired_runs(tmp_path)
 
 
+@pytest.mark.parametrize("text, why", [
+    ("{", "cell.json is not an executed retrospective cell .not valid JSON"),
+    ("[]", "cell.json is not an executed retrospective cell .a JSON list, not an object"),
+    ("{}", "cell.json: cell '\\?' is not an executed retrospective cell .KeyError"),
+    (json.dumps(CELLS[0] | {"short": [1, 2]}), "cell.json: cell 'S01' is not an executed retrospective cell"),
+    (json.dumps(CELLS[0] | {"full": "x"}), "cell.json: cell 'S01' is not an executed retrospective cell"),
+])
+def test_a_damaged_seed_cell_is_refused_in_one_line_naming_its_file(tmp_path, text, why):
+    d = tmp_path / "cells" / "S01" / "s0"
+    d.mkdir(parents=True)
+    (d / "cell.json").write_text(text)
+    with pytest.raises(BadInput, match=why) as exc:
+        paired_runs(tmp_path)
+    assert str(d / "cell.json") in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("text, why", [("{", "ledger.json is not a retrospective ledger"),
+                                       ('{"world_seed": "x"}', "names world seed 'x', not an integer"),
+                                       ('{"world_seed": true}', "names world seed True, not an integer")])
+def test_a_damaged_ledger_is_refused_in_one_line_naming_its_file(tmp_path, text, why):
+    (tmp_path / "ledger.json").write_text(text)
+    (tmp_path / "cells").mkdir()
+    with pytest.raises(BadInput, match=why) as exc:
+        paired_runs(tmp_path)
+    assert str(tmp_path / "ledger.json") in str(exc.value)
+
+
 HAND = {"0.05": (1.0, -1.0, 0.5), "0.10": (2.0, 0.0, 1.0), "0.20": (3.0, 1.0, -0.5)}
 """Effects against the matched control (support/footing_cells.py: CONTROL, PARENT)."""
 

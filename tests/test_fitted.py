@@ -116,6 +116,19 @@ def test_each_worlds_runs_read_that_worlds_record_of_a_card(tmp_path):
     assert {(r.world_seed, float(v)) for r, v in zip(runs, x[:, col])} == {(0, 0.2), (1, 0.9)}
 
 
+@pytest.mark.parametrize("line, why", [("garbage", "not valid JSON"), ('{"cell": "S01"}', "no 'features' key"),
+                                        ("[1]", "list indices")])
+def test_a_damaged_features_line_is_refused_in_one_line_naming_the_file_and_line(tmp_path, line, why):
+    from agent.experiments.fitted import gonogo_inputs  # noqa: PLC0415
+
+    source = _sources(tmp_path, worlds=(0,))[0]
+    good = json.dumps({"cell": "S01", "features": {"S": 0.2, "A": 1.0, "grade": "B"}})
+    (source / "features.jsonl").write_text(f"{good}\n{line}\n")
+    with pytest.raises(BadInput, match=f"features.jsonl line 2 is not a frozen cell record .*{why}") as exc:
+        gonogo_inputs([source])
+    assert "\n" not in str(exc.value)
+
+
 def test_a_refused_fit_writes_nothing(tmp_path, monkeypatch):
     from agent.world.catalogue import catalogue_sha256  # noqa: PLC0415
 

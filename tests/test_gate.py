@@ -166,7 +166,7 @@ def test_different_data_or_missing_suite_fails_closed():
 
 
 def test_severity_regime_boundaries():
-    from policies.gate import severity
+    from policies.captrack import severity
     cases = {-0.99: "none", -1.0: "mild", -4.99: "mild", -5.0: "moderate", -10.0: "severe",
              -19.99: "severe", -20.0: "catastrophic", 15.0: "none"}
     for drift, regime in cases.items():

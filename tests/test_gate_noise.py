@@ -12,9 +12,8 @@ from scipy import stats
 from test_gate_factory import FAMILY_TARGETS, sha
 
 from experience_bank.results import EvalIdentity, ItemResult, MetricSpec, SuiteResult
-from policies.gate import (
-    SEVERITIES, GateConfig, captrack_profile, gate, judged_severity, uniform_gate_config,
-)
+from policies.captrack import SEVERITIES, captrack_profile, judged_severity
+from policies.gate import GateConfig, gate, uniform_gate_config
 from policies.stats import paired_stats
 
 SPECS = (

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from test_gate_factory import FAMILY_TARGETS, SPECS, world
 
 from experience_bank.results import MetricSpec
-from policies.gate import SEVERITIES, GateConfig, gate, metric_drift, severity
+from policies.captrack import SEVERITIES, metric_drift, severity
+from policies.gate import GateConfig, gate
 
 INITIAL = world("initial")
 KEYS = [("ifeval", "prompt_strict"), ("ifeval", "inst_strict"), ("sql/target", "exec_acc"),

@@ -2,7 +2,7 @@
 
 Both evaluate models through `evaluators.evaluate(...)` on one split (it reuses the raw
 generations it stored under --out), then apply the pure functions: `policies.gate.gate`,
-`policies.gate.captrack_profile`, `evaluators.forgetting.retention_summary`. Evaluation
+`policies.captrack.captrack_profile`, `evaluators.forgetting.retention_summary`. Evaluation
 output for a model lands in `<out>/<sha256 of its path>[:16]`, so a parent that is also the
 initial model is generated once.
 """
@@ -150,7 +150,7 @@ def cmd_gate(args) -> int:
 def profile_report(base: dict, model: dict, specs: tuple) -> dict:
     """CapTrack profile + paired retention as plain JSON (what `agent profile --json` prints),
     its regimes judged as the gate of a default run config judges them."""
-    from policies.gate import captrack_profile  # noqa: PLC0415 (numpy)
+    from policies.captrack import captrack_profile  # noqa: PLC0415 (numpy)
 
     prof = captrack_profile(base, model, specs, gate_config_for(build_config()))
     paired = [s for s in sorted(set(base) & set(model)) if base[s].items and model[s].items]

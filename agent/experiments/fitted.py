@@ -29,7 +29,7 @@ from agent.world.catalogue import catalogue, catalogue_sha256
 from agent.world.embedded import recipe_for
 from agent.world.store import CardWorld
 from policies.authorize import NEEDS_GONOGO
-from policies.curves import ledger, paired_runs, paired_runs_json
+from policies.curves import ledger, paired_runs, paired_runs_json, world_seed_of
 
 GONOGO_FILE = "gonogo.json"
 EXTRAPOLATION_FILE = "extrapolation.json"
@@ -53,7 +53,7 @@ def _cards(path: Path) -> dict:
     facts = ledger(path)
     if facts.get("catalogue_sha256") != catalogue_sha256():
         return {}
-    size, seed = str(facts.get("world", "")).split("-")[0], int(facts.get("world_seed", 0))
+    size, seed = str(facts.get("world", "")).split("-")[0], world_seed_of(path)
     try:
         recipe_for(size, seed)
     except BadInput as exc:
@@ -68,12 +68,25 @@ def gonogo_source(path: Path) -> tuple[list, dict]:
         return paired_runs_json(path), {}
     if not path.is_dir():
         raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
+    features, world_seed = path / "features.jsonl", world_seed_of(path)
+    return paired_runs(path, cards=_cards(path)), (_records(features, world_seed) if features.is_file() else {})
+
+
+def _records(features: Path, world_seed: int) -> dict:
+    """The frozen records of a retrospective's features.jsonl (one {cell, features} object a line) by
+    record_key; BadInput naming the file and line that is not one."""
     from policies.gonogo_features import record_key  # noqa: PLC0415 (scikit-learn)
 
-    features, world_seed = path / "features.jsonl", int(ledger(path).get("world_seed", 0))
-    records = ({record_key(world_seed, (row := loads_strict(line))["cell"]): row["features"]
-                for line in features.read_text().splitlines()} if features.is_file() else {})
-    return paired_runs(path, cards=_cards(path)), records
+    records = {}
+    for n, line in enumerate(features.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = loads_strict(line)
+            records[record_key(world_seed, row["cell"])] = row["features"]
+        except (BadInput, KeyError, TypeError) as exc:
+            why = f"no {exc} key" if isinstance(exc, KeyError) else str(exc)
+            raise BadInput(f"{features} line {n} is not a frozen cell record ({why}): restore it from git or run "
+                           "the retrospective again") from None
+    return records
 
 
 def gonogo_inputs(sources: list[Path]) -> tuple[list, dict]:
@@ -90,7 +103,7 @@ def world_of(source: Path) -> int:
     if not (source / "ledger.json").is_file():
         raise BadInput(f"--fit-from {source}: not an executed retrospective or results directory (no ledger.json); "
                        "pass directories written by `agent retrospective --execute [--results DIR]`")
-    return int(ledger(source).get("world_seed", 0))
+    return world_seed_of(source)
 
 
 def held_out_sources(sources: list[Path], world_seed: int) -> list[Path]:

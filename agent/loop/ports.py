@@ -32,7 +32,8 @@ from agent.world.store import RUNTIMES, SUITES
 from agent.loop.proposer import OpenAIProposer
 from agent.run.promotion import promote
 import evaluators
-from policies.gate import captrack_profile, gate
+from policies.captrack import captrack_profile
+from policies.gate import gate
 from trainers.trial import TrialThresholds
 
 
@@ -105,7 +106,7 @@ class WorldPorts:
                     target_metric=metric, family_targets=family_targets(), sanity=run.sanity)
 
     def captrack(self, initial, child) -> dict[str, float | None]:
-        prof = captrack_profile(initial, child, evaluators.metric_specs())
+        prof = captrack_profile(initial, child, evaluators.metric_specs(), self.manifest.gate)
         return {c.name: c.drift_pct for c in prof.groups + prof.subs}
 
     def promote(self, run_dir: str, child_dir: str, verdict: GateVerdict) -> str:
