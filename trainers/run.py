@@ -11,7 +11,8 @@ reaches exactly the uninterrupted run's steps, schedule and optimizer state. A t
 nu = restart card is an independent short run (its own compressed schedule).
 
 Crash safety. Trainer checkpoints land every `save_steps` in `<out_dir>.work/`; a re-run
-with the same run_key resumes from the newest complete one. The child is written to a
+with the same run_key resumes from the newest complete one before its stop step (one at the
+stop step is dropped: resumed there, a trial would train a step past it, `_start_state`). The child is written to a
 temporary sibling and renamed to out_dir, so out_dir exists only when complete, and a
 re-run with the same run_key returns the published result without training.
 
@@ -182,7 +183,7 @@ def _start_state(work: Path, resume_from: str | None, schedule: int, stop_at: in
     published. Resumed from there, a trial would train one step past its prefix: the Trainer
     runs a step before any callback can stop it (its stop is on_step_end). So such checkpoints
     are dropped, and the run re-trains from the one before, at most save_steps steps."""
-    for late in work.glob("checkpoint-*") if work.is_dir() else ():
+    for late in work.glob("checkpoint-*"):  # none where work does not exist yet
         if ckpt.checkpoint_step(late) >= stop_at:
             shutil.rmtree(late)
     own = ckpt.last_trainer_checkpoint(work)
