@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from experience_bank.errors import BadInput
-from experience_bank.files import write_atomic
+from experience_bank.files import jsonl_text, write_atomic
 from experience_bank.hashing import file_sha256, loads_strict, sha256_text
 from agent.world.catalogue import catalogue, catalogue_sha256
 from agent.world.embedded import recipe_for
@@ -78,7 +78,7 @@ def _records(features: Path, world_seed: int) -> dict:
     from policies.gonogo_features import record_key  # noqa: PLC0415 (scikit-learn)
 
     records = {}
-    for n, line in enumerate(features.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in jsonl_text(features, "retrospective features"):  # names a non-UTF-8 or oversized line
         try:
             row = loads_strict(line)
             records[record_key(world_seed, row["cell"])] = row["features"]
