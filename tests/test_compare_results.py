@@ -277,6 +277,85 @@ def test_code_version_covers_every_module_an_episode_imports_but_its_presentatio
             "and pathlib.Path(m.__file__).resolve().is_relative_to(root / 'agent')})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
     imported = [p for p in out.split() if p.endswith(".py")]
-    covered = CR.EPISODE_CODE + CR.PRESENTATION
+    covered = CR.EPISODE_CODE + CR.PRESENTATION + CR.REGISTERED_ONLY
     assert imported and [p for p in imported if not any(p == c or p.startswith(c + "/") for c in covered)] == []
     assert not any(p.startswith("agent/experiments/") for p in imported)  # so it may stay out of the version
+
+
+def test_a_report_reads_the_models_its_results_keep_without_fit_from(tmp_path, fake):
+    """`agent compare --report` needs no --fit-from: the results directory keeps the models its
+    episodes ran with, and the report matches the episodes against those."""
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "extrapolation.json").write_text('{"x": 1}')
+    (results / "fitted.json").write_text("{}")
+    C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results,
+              fit=C.Fit(sources=(), config_world_seed=0))
+    report = C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results, report_only=True)
+    assert len(calls()) == 2 and report["policies"]["good"]["n"] == 1
+    assert (tmp_path / "m2" / "extrapolation.json").read_text() == '{"x": 1}'
+    (results / "extrapolation.json").write_text('{"x": 2}')  # not the models the episodes ran with
+    with pytest.raises(BadInput, match=r"\(models differ\)"):
+        C.compare(tmp_path / "m3", ["good", "meh"], [0], argv_for=argv_for, results=results, report_only=True)
+
+
+def test_the_report_command_does_not_ask_for_a_go_no_go_model(tmp_path, monkeypatch, capsys):
+    """Without --fit-from, `agent compare --report` of bcit_predictive gets past the model check
+    (here it stops at the empty results directory: no pair to report)."""
+    from agent.cli.main import main  # noqa: PLC0415
+
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
+    argv = ["compare", "--policies", "bcit,bcit_predictive", "--seeds", "1", "--out", str(tmp_path / "o"),
+            "--results", str(tmp_path / "r")]
+    assert main(argv) == 2 and "needs a fitted go/no-go model" in capsys.readouterr().err
+    assert main(argv + ["--report"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a fitted go/no-go model" not in err and "no pair to report" in err
+
+
+def test_every_command_module_is_episode_code_or_registered_only_and_run_imports_none_of_the_latter():
+    """REGISTERED_ONLY stays out of the episode code version; that holds only while `agent run`'s
+    own code imports none of those modules, even inside a function."""
+    import ast  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    cli = sorted(p.relative_to(root).as_posix() for p in (root / "agent" / "cli").glob("*.py"))
+    assert sorted(set(CR.EPISODE_CODE + CR.REGISTERED_ONLY) & set(cli)) == cli
+    assert not set(CR.EPISODE_CODE) & set(CR.REGISTERED_ONLY)
+    banned = {p.removesuffix(".py").replace("/", ".") for p in CR.REGISTERED_ONLY}
+    files = [f for part in CR.EPISODE_CODE for f in ((root / part).rglob("*.py") if (root / part).is_dir() else [root / part])]
+    found = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{f.relative_to(root)}: {n}" for n in names if n in banned]
+    assert len(files) > 100 and found == []
+
+
+def test_a_comparison_directory_holds_one_code_s_episodes(tmp_path, fake, monkeypatch):
+    """A finished run directory in --out is taken as done and kept with the current conditions, so
+    --out is stamped with the code its episodes ran at and another code is refused before anything
+    runs (else the old episodes would be published as the new code's)."""
+    argv_for, calls = fake
+    C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r1")
+    stamp = json.loads((tmp_path / "m1" / CR.OUT_CODE).read_text())
+    assert stamp == CR.code_version() and len(calls()) == 2
+    monkeypatch.setattr(CR, "code_version", lambda: {"episode": "f" * 64, "libraries": {}})
+    with pytest.raises(BadInput, match=f"holds episodes run at episode code {stamp['episode'][:12]}, not .* ffffffffffff"):
+        C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r2")
+    assert not (tmp_path / "r2" / "episodes").exists() and len(calls()) == 2
+    assert json.loads((tmp_path / "m1" / CR.OUT_CODE).read_text()) == stamp  # left as it was
+    # with --world-seeds, one world of another code stamps none of the others
+    (tmp_path / "m3" / "world-1").mkdir(parents=True)
+    (tmp_path / "m3" / "world-1" / CR.OUT_CODE).write_text(json.dumps(stamp))
+    with pytest.raises(BadInput, match="m3/world-1 holds episodes run at"):
+        C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0], [0, 1], argv_for=argv_for, results=tmp_path / "r3")
+    assert not (tmp_path / "m3" / "world-0").exists() and len(calls()) == 2
+    C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r2")  # a new --out runs
+    assert len(calls()) == 4
+    (tmp_path / "m2" / CR.OUT_CODE).write_text("{not json")
+    with pytest.raises(BadInput, match="comparison code stamp .*code.json"):
+        C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r2")

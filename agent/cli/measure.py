@@ -189,7 +189,8 @@ def cmd_compare(args) -> int:
     if cfg.gonogo_model == LIBRARY and NEEDS_GONOGO & set(policies):
         raise BadInput(f"agent compare gives every episode a fresh bank, so --gonogo-model {LIBRARY} has no refit "
                        "to read there: pass a fitted model file (agent gonogo SOURCES --model OUT.json)")
-    for policy in policies if not args.fit_from else ():  # bcit_predictive's go/no-go (--fit-from fits one)
+    # bcit_predictive's go/no-go: --fit-from fits one; a report reads those its results directory keeps
+    for policy in policies if not (args.fit_from or args.report) else ():
         read_model(cfg.model_copy(update={"policy": policy}))
     extrapolation_model.read_model(cfg)  # and the trials' extrapolation, where the config names one
     world_seeds = _world_seeds(args.world_seeds)

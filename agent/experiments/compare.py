@@ -42,7 +42,7 @@ from agent.experiments import compare_results as CR
 from agent.experiments.compare_stats import summarise
 from agent.experiments.episodes import digest, episode_result
 from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome, Progress, say_on_stderr
-from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary
+from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary, kept
 from agent.run.rundir import RunDir
 from experience_bank.errors import BadInput
 from trainers.ledger import parse_budget
@@ -198,8 +198,10 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
     a results directory the finished episodes are taken from and kept in (compare_results.py);
     `report_only`: run nothing, report the seeds `results` holds for every policy."""
     start = time.monotonic()
+    code = _code(results, report_only)
     plan = _plan(out, policies, seeds, budget=budget, config=config, argv_for=argv_for, world_seed=world_seed,
-                 fit=fit, results=results, code=_code(results, report_only))
+                 fit=fit, results=results, code=code, report_only=report_only)
+    CR.claim_out([plan.out], code)
     return _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
                     executor=executor or LocalExecutor(n_jobs), start=start, report_only=report_only)[0]
 
@@ -241,19 +243,27 @@ class _Plan:
 
 def _plan(out: Path, policies: list[str], seeds: list[int], *, budget: str | None, config: str | None,
           argv_for: Callable[[Path, str, int], list[str]] | None, world_seed: int | None, fit: Fit | None,
-          results: Path | None, code: dict[str, Any] | None) -> _Plan:
+          results: Path | None, code: dict[str, Any] | None, report_only: bool = False) -> _Plan:
     """Fit the world's models (when asked; those kept in `results` are taken first), then take from
     `results` the episodes it holds: BadInput, before any episode runs, when one was measured in
-    other conditions."""
-    if fit is not None and results is not None:
+    other conditions. The caller then stamps `out` with the code (compare_results.claim_out)."""
+    if results is not None and (fit is not None or report_only):
         CR.take_models(results, out)
-    fitted = None if fit is None else fit_for_world(
-        out, fit.config_world_seed if world_seed is None else world_seed, list(fit.sources),
-        gonogo=any(p in NEEDS_GONOGO for p in policies), alpha=fit.alpha, delta=fit.delta)
+    fitted = _models(out, world_seed, fit, gonogo=any(p in NEEDS_GONOGO for p in policies), report_only=report_only)
     argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config, world_seed=world_seed,
                                                          extra=fitted.flags(p) if fitted else None))
     return _Plan(out, world_seed, argv_for, None if results is None else CR.stored(
         results, _matches(policies, seeds, budget=budget, config=config, world_seed=world_seed, fitted=fitted, code=code)))
+
+
+def _models(out: Path, world_seed: int | None, fit: Fit | None, *, gonogo: bool, report_only: bool) -> Fitted | None:
+    """The models a world's episodes run with: fitted on the other worlds' sources (`fit`), or, for a
+    report, those its results directory keeps (the ones its episodes ran with, so a report needs no
+    --fit-from); None: none."""
+    if fit is not None:
+        return fit_for_world(out, fit.config_world_seed if world_seed is None else world_seed, list(fit.sources),
+                             gonogo=gonogo, alpha=fit.alpha, delta=fit.delta)
+    return kept(out, gonogo=gonogo) if report_only else None
 
 
 def _matches(policies: list[str], seeds: list[int], *, budget: str | None, config: str | None, world_seed: int | None,
@@ -313,8 +323,10 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     code = _code(results, report_only)
     plans = [_plan(world_dir(out, ws), policies, seeds, budget=budget, config=config,
                    argv_for=None if argv_for is None else (lambda o, p, s, ws=ws: argv_for(o, p, s, ws)),
-                   world_seed=ws, fit=fit, results=None if results is None else world_dir(results, ws), code=code)
+                   world_seed=ws, fit=fit, results=None if results is None else world_dir(results, ws), code=code,
+                   report_only=report_only)
              for ws in world_seeds]
+    CR.claim_out([plan.out for plan in plans], code)
     if report_only:  # the worlds with at least one seed every policy has finished
         kept = [(ws, plan) for ws, plan in zip(world_seeds, plans)
                 if plan.stored is not None and paired_seeds(policies, seeds, plan.stored.taken)]

@@ -29,22 +29,32 @@ from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from agent.config import RunConfig
+from agent.inputs import read_json
 from agent.experiments.fitted import EXTRAPOLATION_FILE, FITTED_FILE, GONOGO_FILE
 from agent.experiments.retro_results import code_version as _code_version
 from agent.experiments.retro_results import copy_new, mismatch, writable_dir
 from agent.world.embedded import cached_world, recipe_for, recipe_sha256
 
 EPISODE_CODE = ("agent/__init__.py", "agent/__main__.py", "agent/config.py", "agent/inputs.py", "agent/progress.py",
-                "agent/cli", "agent/loop", "agent/run", "agent/world", "policies", "trainers", "evaluators",
-                "experience_bank")
+                "agent/cli/__init__.py", "agent/cli/main.py", "agent/cli/run.py", "agent/loop", "agent/run",
+                "agent/world", "policies", "trainers", "evaluators", "experience_bank")
 """The code one episode runs (`agent run`: its command, the loop, the run directory, the world, the
 policies, the trainers, the evaluators, the bank): an edit anywhere there makes the stored episodes
 another measurement (run them again, or at the commit they were measured at). Not agent/experiments
-(this comparison's own code, which no episode runs) nor agent/views (the report an episode writes,
-which no digest reads), so a measurement spread over sessions survives edits to either."""
+(this comparison's own code, which no episode runs), agent/views (the report an episode writes,
+which no digest reads) nor the other commands' modules (REGISTERED_ONLY), so a measurement spread
+over sessions survives edits to any of them."""
 
 PRESENTATION = ("agent/views",)
 """Packages an episode imports whose code no stored number depends on (tests check every other is in EPISODE_CODE)."""
+
+REGISTERED_ONLY = ("agent/cli/approve.py", "agent/cli/bank.py", "agent/cli/cache.py", "agent/cli/cards.py",
+                   "agent/cli/decide.py", "agent/cli/eval.py", "agent/cli/gate.py", "agent/cli/measure.py",
+                   "agent/cli/runs.py", "agent/cli/train.py", "agent/cli/world.py")
+"""The command modules other than `agent run`'s: an episode's parser registers their commands
+(agent/cli/main.py) but never runs them, so an edit there (this comparison's own `agent compare`
+among them) changes no episode. Tests check every agent/cli module is here or in EPISODE_CODE, and
+that `agent run`'s modules import none of these."""
 
 PER_EPISODE = ("policy", "seed", "world_seed", "episode_budget", "bank", "out", "gonogo_model",
                "extrapolation_model")
@@ -58,6 +68,8 @@ WORLD = ("world", "base_sha256")
 MATCH = KNOWN + WORLD + ("library_version", "candidates_sha256")
 """Every field a stored episode records about the conditions it was measured in."""
 TABLE = ("compare.json", "compare.md")
+OUT_CODE = "code.json"
+"""In a comparison directory: the code version its episodes run at (claim_out)."""
 """The comparison's table files kept beside the episodes."""
 MODELS = (GONOGO_FILE, EXTRAPOLATION_FILE, FITTED_FILE)
 """A world's fitted models (--fit-from), kept beside its episodes: a comparison resumed elsewhere runs
@@ -115,6 +127,29 @@ def one_code(stored: list[Stored]) -> dict[str, Any] | None:
 def code_version() -> dict[str, Any]:
     """The source hash of EPISODE_CODE and the library versions."""
     return _code_version(EPISODE_CODE, "episode")
+
+
+def claim_out(outs: list[Path], code: dict[str, Any] | None) -> None:
+    """Stamp comparison directories (one per world) with the code their episodes run at (OUT_CODE),
+    or BadInput, before any episode runs and stamping none, when one holds another code's: a finished
+    run directory there is taken as done (compare.run_one) and kept with the current conditions, so
+    one left by another code would be published as this code's. `code` None (no results directory,
+    or a report): nothing is kept, so nothing is stamped. A directory from before the stamp is
+    stamped as it is."""
+    if code is None:
+        return
+    for out in outs:
+        if (out / OUT_CODE).is_file():
+            theirs = read_json(out / OUT_CODE, "comparison code stamp")
+            if canonical_json(theirs) != canonical_json(code):
+                episode = theirs.get("episode", "?") if isinstance(theirs, dict) else "?"
+                raise BadInput(f"{out} holds episodes run at episode code {str(episode)[:12]}, not this checkout's "
+                               f"{code['episode'][:12]}: pass a new --out (its finished episodes would be kept as "
+                               "this code's)")
+    for out in outs:
+        if not (out / OUT_CODE).is_file():
+            out.mkdir(parents=True, exist_ok=True)
+            write_atomic(out / OUT_CODE, json.dumps(code, indent=1, sort_keys=True))
 
 
 def config_sha256(cfg: RunConfig) -> str:

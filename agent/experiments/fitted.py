@@ -145,8 +145,8 @@ def fit_for_world(out: Path, world_seed: int, sources: list[Path], *, gonogo: bo
     from policies import ltt  # noqa: PLC0415
 
     g_path, x_path, meta = out / GONOGO_FILE, out / EXTRAPOLATION_FILE, out / FITTED_FILE
-    if meta.is_file() and x_path.is_file() and (g_path.is_file() or not gonogo):
-        return Fitted(g_path if gonogo else None, x_path)
+    if (fitted := kept(out, gonogo=gonogo)) is not None:
+        return fitted
     others = held_out_sources(sources, world_seed)
     doc: dict[str, Any] = {"world_seed": world_seed, "sources": [str(s) for s in others],
                            "source_world_seeds": sorted({world_of(s) for s in others})}
@@ -164,6 +164,15 @@ def fit_for_world(out: Path, world_seed: int, sources: list[Path], *, gonogo: bo
         write_atomic(path, text)
     write_atomic(meta, json.dumps(doc, indent=1, sort_keys=True))
     return Fitted(g_path if gonogo else None, x_path)
+
+
+def kept(out: Path, *, gonogo: bool) -> Fitted | None:
+    """The models a world's directory already holds (None: not every one asked for): what its
+    episodes ran with, so a resumed comparison and a report read them rather than fit again."""
+    g_path, x_path = out / GONOGO_FILE, out / EXTRAPOLATION_FILE
+    if (out / FITTED_FILE).is_file() and x_path.is_file() and (g_path.is_file() or not gonogo):
+        return Fitted(g_path if gonogo else None, x_path)
+    return None
 
 
 def fitted_summary(out: Path) -> dict[str, Any] | None:
