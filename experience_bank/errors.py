@@ -110,6 +110,25 @@ def write_fault(exc: BaseException, path: str | Path | None = None, *, then: str
     return WriteFault(str(where), reason, fix, then, exit_code)
 
 
+_PATH_SHAPES = {
+    errno.EEXIST: ("a file stands where a folder is needed", "remove that file or give another path"),
+    errno.ENOTDIR: ("a folder on its path is a file", "give a path whose parents are folders"),
+    errno.EISDIR: ("it is a folder, not a file", "give the path of a file"),
+}
+
+
+def path_fault(exc: BaseException) -> BadInput | None:
+    """The one line for a path of the wrong shape (a file where a folder is needed, or a folder where
+    a file is), or None for any other error. The user's path refused, not the file system, so it is
+    BadInput (exit 2), not a WriteFault; the CLI asks it of an OSError nothing else translated."""
+    if not isinstance(exc, OSError) or exc.errno not in _PATH_SHAPES:
+        return None
+    reason, fix = _PATH_SHAPES[exc.errno]
+    # os.replace(tmp, dest) onto a folder names the temporary file first and dest second
+    where = exc.filename2 if exc.errno == errno.EISDIR and exc.filename2 else exc.filename
+    return BadInput(f"cannot write {where or 'a path of this command'} ({reason}): {fix}, then run the command again")
+
+
 def full_file_system(file: str | Path, where: str) -> WriteFault | None:
     """A WriteFault for `where` when the file system holding `file` is full or read-only now:
     the cause of a failure that carries no errno (torch's C++ writer says 'iostream error')."""

@@ -156,27 +156,27 @@ def _parse(line: dict) -> Entry:
 
 def _problems(i: int, line: dict, prev_hash: str, gonogo: GoNoGo | None = None) -> tuple[list[str], Entry | None]:
     body = {k: line.get(k) for k in ("seq", "episode_id", "inputs", "decision")}
-    out = []
+    out, at = [], f"line {i + 1}"  # the file's line; its seq is i
     if line.get("prev_hash") != prev_hash or line.get("seq") != i:
-        out.append(f"line {i}: broken chain (prev_hash or seq does not follow line {i - 1})")
+        out.append(f"{at}: broken chain (prev_hash or seq does not follow line {i})")
     if chain_hash(line.get("prev_hash", ""), content_hash(body)) != line.get("entry_hash"):
-        out.append(f"line {i}: entry_hash does not match its contents")
+        out.append(f"{at}: entry_hash does not match its contents")
     e = _parse(line)
     if decision_hash(line["decision"]) != e.decision.decision_hash:
-        out.append(f"line {i}: decision_hash does not match the decision's fields")
+        out.append(f"{at}: decision_hash does not match the decision's fields")
     if e.decision.features != e.features:
-        out.append(f"line {i}: decision features differ from the frozen input features")
+        out.append(f"{at}: decision features differ from the frozen input features")
     if e.record is not None and e.context is not None:
         f2 = compile_features(e.record, e.context, use_applicability=e.decision.policy not in WITHOUT_APPLICABILITY,
                               conflicted=e.features.conflicted, discounts=e.config.discounts)
         if f2 != e.features:
-            out.append(f"line {i}: features do not recompile from the frozen record and context")
+            out.append(f"{at}: features do not recompile from the frozen record and context")
     card = card_facts(e.record.card) if e.record is not None else None
     again = authorize(e.features, e.decision.policy, e.state, e.config, prior_input(e.decision.policy, gonogo, card))
     if again.decision_hash != e.decision.decision_hash:
         hint = (": its routing reads the run's frozen go/no-go model, audit the run directory"
                 if e.decision.policy in NEEDS_GONOGO and gonogo is None else "")
-        out.append(f"line {i}: recomputed decision {again.action}/{again.rule} ({again.decision_hash[:12]}) "
+        out.append(f"{at}: recomputed decision {again.action}/{again.rule} ({again.decision_hash[:12]}) "
                    f"differs from recorded {e.decision.action}/{e.decision.rule} ({e.decision.decision_hash[:12]}){hint}")
     return out, e
 
@@ -189,7 +189,7 @@ def verify_ledger(lines: list[dict], gonogo: GoNoGo | None = None) -> tuple[list
         try:
             found, entry = _problems(i, line, prev, gonogo)
         except (KeyError, TypeError, AttributeError, BadInput) as exc:  # a line that is not an entry at all
-            found, entry = [f"line {i}: not a decision-ledger entry ({type(exc).__name__}: {exc})"[:300]], None
+            found, entry = [f"line {i + 1}: not a decision-ledger entry ({type(exc).__name__}: {exc})"[:300]], None
         problems += found
         entries.append(entry)
         prev = line.get("entry_hash", "")
@@ -356,11 +356,19 @@ def _ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
         ledger = p / DECISIONS_FILE
         if not ledger.is_file():
             raise BadInput(f"{p} has no decisions.jsonl: pass an episode directory or a ledger file")
-        return ledger, p / OUTCOMES_FILE if (p / OUTCOMES_FILE).is_file() else None
+        return ledger, _outcomes_at(p / OUTCOMES_FILE)
     if not p.is_file():
         raise BadInput(f"no ledger at {p}: pass an episode directory or a decisions.jsonl file")
     sibling = p.with_name(OUTCOMES_FILE)
-    return p, sibling if sibling.is_file() and sibling != p else None
+    return p, _outcomes_at(sibling) if sibling != p else None
+
+
+def _outcomes_at(path: Path) -> Path | None:
+    """The outcomes file beside a ledger (None: the run has none yet); a folder of its name is refused,
+    not read as no outcomes."""
+    if path.exists() and not path.is_file():
+        raise BadInput(f"{path} is not a file: restore the run's {OUTCOMES_FILE} (or remove that folder)")
+    return path if path.is_file() else None
 
 
 def cells_from_entries(entries: list[Entry], outcomes: dict[str, OutcomeCell]) -> list[Cell]:

@@ -166,7 +166,8 @@ def paired_run(cell: Mapping, *, world_seed: int, card: CandidateCard | None = N
         fields = dict(card_id=cell["id"], family=cell["family"], method=cell["method"], seed=int(cell.get("seed", 0)),
                       world_seed=world_seed, curve=curve, full=full, parent_curve=_parent_curve(cell))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BadInput(f"cell {cell.get('id', '?')!r} is not an executed retrospective cell ({exc!r}): "
+        name = cell.get("id", "?") if isinstance(cell, Mapping) else "?"
+        raise BadInput(f"cell {name!r} is not an executed retrospective cell ({exc!r}): "
                        "pass the cell.json files of `agent retrospective --execute`") from exc
     if card is not None:
         fields |= card_facts(card).model_dump(include={"adapter", "learning_rate", "nominal_steps", "replay_share"})
@@ -226,7 +227,7 @@ def _json_object(path: Path, what: str) -> dict:
 def ledger(out: str | Path) -> dict:
     """An executed retrospective directory's ledger.json ({} where it has none)."""
     path = Path(out) / "ledger.json"
-    return _json_object(path, "a retrospective ledger") if path.is_file() else {}
+    return _json_object(path, "a retrospective ledger") if path.exists() else {}  # a folder there is refused
 
 
 def world_seed_of(out: str | Path) -> int:

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import graph_fakes as fakes  # noqa: E402
@@ -67,7 +69,7 @@ def test_train_approval_pauses_resumes_and_a_rejection_carries_its_reason(tmp_pa
     # the chain is checked: an edited answer breaks it
     text = RunDir(run_dir).approvals_file.read_text().replace('"approved":false', '"approved":true')
     RunDir(run_dir).approvals_file.write_text(text)
-    assert verify(run_dir) == ["approvals.jsonl line 1: broken chain"]
+    assert verify(run_dir) == ["approvals.jsonl line 2: broken chain"]  # S03's answer, the file's second line
 
 
 def test_promotion_approval_rejected_is_a_rollback(tmp_path):
@@ -102,3 +104,18 @@ def test_no_approval_by_default():
     from agent.config import RunConfig
 
     assert RunConfig().approve is None
+
+
+@pytest.mark.parametrize("text, said", [(b'{"kind":', "Invalid JSON"), (b"[1]", "Input should be an object"),
+                                        (b'{"kind": "train"}', "Field required"), (b"\x9e\x01", "Invalid JSON")])
+def test_a_damaged_pending_approval_is_one_line_naming_the_file_and_the_resume(tmp_path, capsys, text, said):
+    from agent.cli.main import main  # noqa: PLC0415
+
+    run_dir = tmp_path / "E-x"
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text("{}")
+    RunDir(run_dir).approval_pending_file.write_bytes(text)
+    assert main(["approve", str(run_dir), "--decision", "a" * 64, "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and said in err and f"agent run --resume {run_dir}" in err
+    assert RunDir(run_dir).approval_pending_file.read_bytes() == text

@@ -53,4 +53,14 @@ def test_broken_chain_fails(tmp_path):
     path = tmp_path / "decisions.jsonl"
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], lines[2]]) + "\n")
-    assert any("broken chain" in p for p in audit(path)["problems"])
+    # named by the file's line (1-based), as an editor shows it
+    assert any(p.startswith("line 2: broken chain (prev_hash or seq does not follow line 1)")
+               for p in audit(path)["problems"])
+
+
+def test_an_outcomes_file_that_is_a_folder_is_refused_not_read_as_no_outcomes(tmp_path, capsys):
+    _run(tmp_path)
+    (tmp_path / "outcomes.jsonl").mkdir()
+    assert main(["audit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "outcomes.jsonl is not a file" in err and len(err.splitlines()) == 1

@@ -96,6 +96,26 @@ def test_other_bad_inputs_exit_nonzero_and_write_nothing(bank_file, argv):
     assert _digest(bank_file) == before
 
 
+@pytest.mark.parametrize("command", ["list", "export"])
+@pytest.mark.parametrize("version", ["9" * 24, str(2**63), str(-(2**63) - 1), "1" * 4000])
+def test_a_version_past_64_bits_exits_2_naming_the_flag(bank_file, tmp_path, capsys, command, version):
+    # sqlite3 raises OverflowError for such a parameter: refused before the bank is read.
+    out = tmp_path / "out.jsonl"
+    before = _digest(bank_file)
+    assert main(["bank", command, "--version", version, "--bank", str(bank_file)]
+                + (["--out", str(out)] if command == "export" else [])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"agent: error: --version {version[:20]}"), err
+    assert "does not fit in 64 bits" in err[0] and "e.g. --version 0" in err[0] and len(err[0]) < 200
+    assert _digest(bank_file) == before and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["list", "export"])
+def test_a_version_in_range_but_absent_keeps_the_banks_message(bank_file, capsys, command):
+    assert main(["bank", command, "--version", str(2**63 - 1), "--bank", str(bank_file)]) == 2
+    assert f"no library version {2**63 - 1} (latest is 0)" in capsys.readouterr().err
+
+
 def test_missing_and_newer_bank_exit_2(tmp_path, bank_file, capsys):
     assert main(["bank", "verify", "--bank", str(tmp_path / "nope.sqlite")]) == 2
     assert not (tmp_path / "nope.sqlite").exists()

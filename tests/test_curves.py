@@ -7,7 +7,7 @@ import pytest
 
 from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
 from experience_bank.errors import BadInput
-from policies.curves import CONTROL_FOOTING_WARNING, curve_on, footing_of, paired_run, paired_runs
+from policies.curves import CONTROL_FOOTING_WARNING, curve_on, footing_of, paired_run, paired_runs, paired_runs_json
 from support.footing_cells import cell as hand_cell
 
 CELLS = json.loads((Path(__file__).parents[1] / "docs/results/retrospective-default.json").read_text())["cells"]
@@ -68,6 +68,20 @@ def test_a_damaged_ledger_is_refused_in_one_line_naming_its_file(tmp_path, text,
     with pytest.raises(BadInput, match=why) as exc:
         paired_runs(tmp_path)
     assert str(tmp_path / "ledger.json") in str(exc.value)
+
+
+def test_a_ledger_that_is_a_folder_is_refused_not_read_as_world_0(tmp_path):
+    (tmp_path / "ledger.json").mkdir()
+    (tmp_path / "cells").mkdir()
+    with pytest.raises(BadInput, match="ledger.json is not a retrospective ledger"):
+        paired_runs(tmp_path)
+
+
+def test_a_retrospective_json_whose_cells_are_not_objects_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"cells": [1, "x"]}))
+    with pytest.raises(BadInput, match="cell '\\?' is not an executed retrospective cell"):
+        paired_runs_json(path)
 
 
 HAND = {"0.05": (1.0, -1.0, 0.5), "0.10": (2.0, 0.0, 1.0), "0.20": (3.0, 1.0, -0.5)}

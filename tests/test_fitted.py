@@ -116,8 +116,14 @@ def test_each_worlds_runs_read_that_worlds_record_of_a_card(tmp_path):
     assert {(r.world_seed, float(v)) for r, v in zip(runs, x[:, col])} == {(0, 0.2), (1, 0.9)}
 
 
-@pytest.mark.parametrize("line, why", [("garbage", "not valid JSON"), ('{"cell": "S01"}', "no 'features' key"),
-                                        ("[1]", "list indices")])
+SHAPE = "not an object with a string `cell` and an object `features`"
+
+
+@pytest.mark.parametrize("line, why", [("garbage", "not valid JSON"), ('{"cell": "S01"}', SHAPE), ("[1]", SHAPE),
+                                        ('{"cell": ["S01"], "features": {}}', SHAPE),
+                                        ('{"cell": "S01", "features": null}', SHAPE),
+                                        ('{"cell": "S01", "features": [1, 2]}', SHAPE),
+                                        ('{"cell": "S01", "features": {"A": "high"}}', "could not convert string")])
 def test_a_damaged_features_line_is_refused_in_one_line_naming_the_file_and_line(tmp_path, line, why):
     from agent.experiments.fitted import gonogo_inputs  # noqa: PLC0415
 
@@ -127,6 +133,15 @@ def test_a_damaged_features_line_is_refused_in_one_line_naming_the_file_and_line
     with pytest.raises(BadInput, match=f"features.jsonl line 2 is not a frozen cell record .*{why}") as exc:
         gonogo_inputs([source])
     assert "\n" not in str(exc.value)
+
+
+def test_a_features_file_that_is_a_folder_is_refused_not_read_as_none(tmp_path):
+    from agent.experiments.fitted import gonogo_inputs  # noqa: PLC0415
+
+    source = _sources(tmp_path, worlds=(0,))[0]
+    (source / "features.jsonl").mkdir()
+    with pytest.raises(BadInput, match="cannot read retrospective features .*features.jsonl"):
+        gonogo_inputs([source])
 
 
 def test_a_refused_fit_writes_nothing(tmp_path, monkeypatch):

@@ -312,7 +312,7 @@ def test_bcit_predictive_skips_the_trial_where_the_prior_authorizes_in_the_loop_
     lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert [p for p in verify_ledger(lines, model)[0] if "do not recompile" not in p] == []
     unverified = [p for p in verify_ledger(lines)[0] if "do not recompile" not in p]
-    assert [p.split(":")[0] for p in unverified] == ["line 0", "line 1"]
+    assert [p.split(":")[0] for p in unverified] == ["line 1", "line 2"]
     assert all("reads the run's frozen go/no-go model" in p for p in unverified)
     report = (tmp_path / "report.md").read_text()
     assert "Go/no-go: trials skipped on the evidence" in report and f"| {round(p00.p_harmful, 3)} | 0.5 |" in report

@@ -197,3 +197,59 @@ def test_cache_cli_ls_and_gc(tmp_path, monkeypatch, capsys):
     assert row["kind"] == "eval" and row["files"] == 2
     assert main(["cache", "gc"]) == 2 and "--older-than" in capsys.readouterr().err
     assert main(["cache", "gc", "--all"]) == 0 and "removed 1 entries" in capsys.readouterr().out
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--max-gb", "nan"), ("--max-gb", "inf"), ("--max-gb", "1e999"), ("--max-gb", "1e300"), ("--max-gb", "-1"),
+    ("--older-than", "nan"), ("--older-than", "inf"), ("--older-than", "1e308"), ("--older-than", "-0.5"),
+])
+def test_cache_gc_refuses_a_non_finite_or_out_of_range_amount_and_removes_nothing(tmp_path, monkeypatch, capsys,
+                                                                                   flag, value):
+    from agent.cli.main import main
+
+    monkeypatch.setenv("AGENT_RUN_CACHE", str(tmp_path / "cache"))
+    _run(RunCache(tmp_path / "cache"), tmp_path / "d")
+    before = _tree(tmp_path / "cache")
+    assert main(["cache", "gc", flag, value, "--all"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"agent: error: {flag} ") and f"e.g. {flag} " in err[0], err
+    assert _tree(tmp_path / "cache") == before
+
+
+def test_cache_gc_accepts_the_ends_of_the_range(tmp_path, monkeypatch, capsys):
+    from agent.cli.main import main
+
+    monkeypatch.setenv("AGENT_RUN_CACHE", str(tmp_path / "cache"))
+    _run(RunCache(tmp_path / "cache"), tmp_path / "d")
+    assert main(["cache", "gc", "--older-than", "36500", "--max-gb", "1e6"]) == 0
+    assert "removed 0 entries" in capsys.readouterr().out
+    assert main(["cache", "gc", "--max-gb", "0"]) == 0 and "removed 1 entries" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env, under", [("AGENT_CACHE", False), ("AGENT_RUN_CACHE", False), ("AGENT_RUN_CACHE", True)])
+@pytest.mark.parametrize("command", [["cache", "ls"], ["cache", "ls", "--json"], ["cache", "gc", "--all"]])
+def test_a_cache_root_that_is_a_file_is_refused_not_listed_as_empty(tmp_path, monkeypatch, capsys, env, under,
+                                                                     command):
+    from agent.cli.main import main
+
+    monkeypatch.delenv("AGENT_RUN_CACHE", raising=False)
+    plain = tmp_path / "plain"
+    plain.write_text("not a folder\n")
+    monkeypatch.setenv(env, str(plain / "runs" if under else plain))
+    assert main(command) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("agent: error: run cache root ") and str(plain) in err[0], err
+    assert "AGENT_RUN_CACHE or AGENT_CACHE at a directory" in err[0]
+    assert plain.read_text() == "not a folder\n" and sorted(tmp_path.iterdir()) == [plain]
+
+
+def test_a_cache_root_not_made_yet_is_an_empty_cache(tmp_path, monkeypatch, capsys):
+    from agent.cli.main import main
+
+    monkeypatch.setenv("AGENT_RUN_CACHE", str(tmp_path / "new" / "runs"))
+    assert main(["cache", "ls"]) == 0 and "0 entries" in capsys.readouterr().out
+    assert not (tmp_path / "new").exists()

@@ -127,3 +127,17 @@ def test_a_second_process_cannot_run_a_held_episode(tmp_path):
 def test_runs_ls_of_a_missing_folder_is_bad_input(tmp_path, capsys):
     assert main(["runs", "ls", "--runs", str(tmp_path / "nope")]) == 2
     assert "runs folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["gonogo", "X", "--alpha", "abc"], "agent: error: gonogo: argument --alpha: invalid float value: 'abc' "
+                                        "(see `agent gonogo --help`)"),
+    (["bank", "init", "--wait", "nan"], "agent: error: bank init: argument --wait: 'nan' is not a number"),
+    ([], "agent: error: the following arguments are required: COMMAND (see `agent --help`)"),
+    (["nosuch"], "agent: error: argument COMMAND: invalid choice: 'nosuch'"),
+])
+def test_a_flag_argparse_refuses_is_one_line_too(capsys, argv, said):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(said) and len(err.splitlines()) == 1

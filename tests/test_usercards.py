@@ -88,6 +88,35 @@ def test_a_bad_recipe_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, t
     assert not out.exists()
 
 
+def _no_world(*a, **k):
+    raise AssertionError("agent cards import built the world before checking its flags and file")
+
+
+@pytest.mark.parametrize("text, flags, says", [
+    ("lr: [1, 2\n", (), "is not valid YAML at line 2"),
+    (SFT + "max_steps: 9\n", (), "duplicate key 'max_steps'"),
+    ("- max_steps: 8\n", (), "must be a mapping"),
+    (SFT, ("--device-hours", "inf"), "--device-hours inf is refused (Input should be a finite number)"),
+    (SFT, ("--device-hours", "nan"), "--device-hours nan is refused (Input should be a finite number)"),
+    (SFT, ("--device-hours", "1e6"), "--device-hours 1e+06 is refused (Input should be less than or equal to 100000)"),
+    (SFT, ("--device-hours", "0"), "--device-hours 0 is refused (Input should be greater than 0)"),
+    (SFT, ("--out", "{file}"), "is an existing file: give a directory path"),
+    (SFT, ("--out", "{file}/cards"), "which is a file: give a directory path"),
+])
+def test_what_the_flags_and_file_refuse_is_refused_before_the_world_is_built(tmp_path, monkeypatch, capsys, text,
+                                                                               flags, says):
+    monkeypatch.setattr("agent.cli.cards.world_for", _no_world)
+    recipe, taken = _bad(tmp_path, text), tmp_path / "taken"
+    taken.write_text("a file\n")
+    argv = ["cards", "import", str(recipe), "--config", CONFIG, "--device-hours", "2", "--out", str(tmp_path / "out"),
+            *(f.replace("{file}", str(taken)) for f in flags)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("agent: error: ") and says in err[0], err
+    assert recipe.read_text() == text and taken.read_text() == "a file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "taken"]
+
+
 def test_import_writes_the_card_and_run_cards_folder_is_checked(tmp_path, capsys):
     out = tmp_path / "cards"
     for name in ("trl_sft_sql.yaml", "trl_grpo_sql.yaml", "llamafactory_lora_sft.yaml"):

@@ -20,7 +20,7 @@ import pytest
 from agent.cli.main import main
 from experience_bank import files, heads
 from experience_bank.bank import Bank
-from experience_bank.errors import WriteFault
+from experience_bank.errors import WriteFault, path_fault
 from experience_bank.runcache import RunCache
 
 FAULTS = {errno.ENOSPC: "no space left on device", errno.EROFS: "read-only file system",
@@ -345,3 +345,27 @@ def test_a_run_failing_without_an_errno_on_a_full_run_directory_says_the_disk_is
     assert f"cannot write the run directory {tmp_path / 'ep'} (no space left on device)" in line
     assert f"agent run --resume {tmp_path / 'ep'}" in line
 
+
+
+# --- a path of the wrong shape: one line, exit 2 -------------------------------------------
+
+@pytest.mark.parametrize("out, said", [("f/r", "a folder on its path is a file"),
+                                       ("f", "a file stands where a folder is needed")])
+def test_an_output_folder_at_or_under_a_file_is_one_line(tmp_path, capsys, out, said):
+    (tmp_path / "f").write_text("keep")
+    assert main(["replay", "retrospective-24", "--out", str(tmp_path / out)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert said in line and "give" in line and (tmp_path / "f").read_text() == "keep"
+
+
+def test_an_output_file_that_is_a_folder_is_one_line_naming_it(tmp_path, capsys):
+    v3 = Path(__file__).resolve().parents[1] / "docs" / "results" / "retrospective-default.json"
+    (tmp_path / "x.md").mkdir()
+    assert main(["extrapolate", "--retrospective", str(v3), "--out", str(tmp_path / "x.md")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"cannot write {tmp_path / 'x.md'} (it is a folder, not a file)" in line
+    # an atomic write names the file it was to replace, not its temporary sibling
+    with pytest.raises(IsADirectoryError) as exc:
+        files.write_atomic(tmp_path / "x.md", "text")
+    assert str(path_fault(exc.value)).startswith(f"cannot write {tmp_path / 'x.md'} (it is a folder")
+    assert path_fault(OSError(errno.ENOSPC, "full")) is None  # a refused write is write_fault's

@@ -10,7 +10,9 @@ import sys
 from agent.inputs import check_bank_file, check_jsonl, check_out_file
 from experience_bank import heads, migrations
 from experience_bank.bank import BUSY_TIMEOUT_S, Bank, damaged
+from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
+from experience_bank.hashing import INT_BOUNDS
 
 DEFAULT_BANK = "runs/bank.sqlite"
 
@@ -32,7 +34,19 @@ def cmd_import(args) -> int:
     return 0
 
 
+def _check_version(version: int | None) -> None:
+    """--version reaches SQLite as a parameter, and sqlite3 raises OverflowError past its 64-bit
+    INTEGER; a version inside that range but not in the bank is the bank's own refusal."""
+    lo, hi = INT_BOUNDS
+    if version is not None and not lo <= version <= hi:
+        digits = str(version)
+        shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
+        raise BadInput(f"--version {shown} does not fit in 64 bits: give an existing library version, "
+                       "e.g. --version 0")
+
+
 def cmd_export(args) -> int:
+    _check_version(args.version)
     if args.out:
         check_out_file(args.out)
     with Bank.open(args.bank) as bank:
@@ -46,6 +60,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_list(args) -> int:
+    _check_version(args.version)
     with Bank.open(args.bank) as bank:
         for e in bank.library_records(args.version):
             grade = e.record.evidence.grade if e.record.kind == "historical" else "-"

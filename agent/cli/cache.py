@@ -25,6 +25,20 @@ EXAMPLES = """examples:
 """
 
 
+MAX_DAYS = 36500.0
+"""--older-than beyond a century removes nothing (no entry is that old); past ~1e303 days the
+seconds overflow to inf."""
+MAX_GB = 1e6
+"""--max-gb beyond a petabyte keeps everything; past ~1e299 GB the byte count overflows."""
+
+
+def _in_range(flag: str, value: float | None, most: float, example: str) -> None:
+    # float() accepts nan and inf: nan fails every comparison (a gc that silently removes nothing),
+    # inf and huge values overflow the conversion to seconds or bytes.
+    if value is not None and not 0 <= value <= most:
+        raise BadInput(f"{flag} {value:g} is not a number from 0 to {most:,.0f}: give e.g. {flag} {example}")
+
+
 def register(sub) -> None:
     cache = sub.add_parser("cache", help="the run cache: list or garbage-collect stored runs and evaluations")
     csub = cache.add_subparsers(dest="cache_command", required=True, metavar="COMMAND")
@@ -40,8 +54,18 @@ def register(sub) -> None:
     gc.set_defaults(func=cmd_gc)
 
 
-def _cache():
-    return RunCache(default_root())
+def _cache() -> RunCache:
+    """The cache at AGENT_RUN_CACHE / AGENT_CACHE; a root that is (or lies under) a regular file
+    would list nothing and remove nothing, which reads as an empty cache: refused instead. A root
+    that does not exist yet is an empty cache."""
+    root = default_root()
+    for path in (root, *root.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is not a directory" if path == root else f"lies under {path}, which is not a directory"
+                raise BadInput(f"run cache root {root} {where}: point AGENT_RUN_CACHE or AGENT_CACHE at a directory")
+            break
+    return RunCache(root)
 
 
 def cmd_ls(args) -> int:
@@ -65,8 +89,8 @@ def cmd_ls(args) -> int:
 def cmd_gc(args) -> int:
     if args.older_than is None and args.max_gb is None and not args.all:
         raise BadInput("agent cache gc needs --older-than DAYS, --max-gb GB or --all: say what to remove")
-    if (args.older_than is not None and args.older_than < 0) or (args.max_gb is not None and args.max_gb < 0):
-        raise BadInput("--older-than and --max-gb must be >= 0")
+    _in_range("--older-than", args.older_than, MAX_DAYS, "30")
+    _in_range("--max-gb", args.max_gb, MAX_GB, "20")
     done = _cache().gc(older_than_s=None if args.older_than is None else args.older_than * 86400,
                        max_bytes=None if args.max_gb is None else int(args.max_gb * 1e9), everything=args.all)
     print(f"removed {done['removed']} entries ({done['freed_bytes'] / 1e6:.1f} MB); kept {done['kept']} "

@@ -6,11 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from agent.config import build_config
+from pydantic import ValidationError
+
+from agent.config import build_config, read_yaml
+from agent.inputs import check_out_dir
 from agent.world.factory import world_for
 from agent.world.usercards.recipes import card_file, import_recipe
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
+from experience_bank.records import NominalBudget
 
 EXAMPLES = """examples:
   agent cards import sft.yaml --config runs/test.yaml --device-hours 3 --out cards
@@ -40,12 +44,26 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_import)
 
 
+def _check_device_hours(value: float) -> None:
+    """--device-hours against the card's own field (NominalBudget: finite, > 0, at most 100,000),
+    before the world is built; `steps` is a placeholder, the recipe's own is checked later."""
+    try:
+        NominalBudget(steps=1, device_hours=value)
+    except ValidationError as exc:
+        raise BadInput(f"--device-hours {value:g} is refused ({exc.errors()[0]['msg']}): give the full run's "
+                       "nominal cost, e.g. --device-hours 3") from None
+
+
 def cmd_import(args) -> int:
     source = Path(args.file)
     if not source.is_file():
         raise BadInput(f"recipe {source} not found: pass the YAML file `trl` or LlamaFactory reads")
-    if not args.device_hours > 0:
-        raise BadInput(f"--device-hours {args.device_hours}: give the full run's nominal cost, > 0")
+    _check_device_hours(args.device_hours)
+    # The world may take minutes to build: what the flags and the file can refuse on their own is
+    # refused first. The YAML is parsed as import_recipe parses it (syntax, duplicate keys, a
+    # mapping); its keys are checked against the world's pools there, after the build.
+    read_yaml(str(source))
+    check_out_dir(args.out)
     world = world_for(build_config(args.config, {}))
     imported = import_recipe(source, world, family=args.family, targets=tuple(args.target),
                              device_hours=args.device_hours, card_id_=args.card_id, title=args.title, nu=args.nu)

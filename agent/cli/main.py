@@ -14,7 +14,7 @@ import sqlite3
 import sys
 import warnings
 
-from experience_bank.errors import BadInput, write_fault
+from experience_bank.errors import BadInput, path_fault, write_fault
 from importlib.metadata import version
 
 COMMAND_MODULES = (
@@ -44,8 +44,18 @@ EXAMPLES = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a flag it refuses is one line like every other bad input (argparse prints the
+    usage block first); the command's --help has the usage. Subcommands' parsers are of this class
+    too (argparse makes them with the parent's type)."""
+
+    def error(self, message: str):  # noqa: ANN201 (argparse's signature: it never returns)
+        command = self.prog.removeprefix("agent").strip()
+        self.exit(2, f"agent: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agent",
         description="Autonomous post-training control agent (BCIT authorizer, TRL runs, CapTrack gate).",
     )
@@ -112,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         print(f"agent: error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)  # a WriteFault after decisions: 1 (resumable)
-    except (OSError, sqlite3.Error) as exc:  # a refused write no command translated: still one line
-        fault = write_fault(exc)
+    except (OSError, sqlite3.Error) as exc:  # a refused write or a misshapen path no command translated: one line
+        fault = write_fault(exc) or path_fault(exc)
         if fault is None:
             raise
         print(f"agent: error: {fault}", file=sys.stderr)
-        return fault.exit_code
+        return getattr(fault, "exit_code", 2)
 
 
 def entry() -> None:

@@ -69,20 +69,24 @@ def gonogo_source(path: Path) -> tuple[list, dict]:
     if not path.is_dir():
         raise BadInput(f"{path} not found: pass an executed retrospective directory or a retrospective JSON")
     features, world_seed = path / "features.jsonl", world_seed_of(path)
-    return paired_runs(path, cards=_cards(path)), (_records(features, world_seed) if features.is_file() else {})
+    # a retrospective from before the frozen features has none; a folder of that name is refused
+    return paired_runs(path, cards=_cards(path)), (_records(features, world_seed) if features.exists() else {})
 
 
 def _records(features: Path, world_seed: int) -> dict:
     """The frozen records of a retrospective's features.jsonl (one {cell, features} object a line) by
     record_key; BadInput naming the file and line that is not one."""
-    from policies.gonogo_features import record_key  # noqa: PLC0415 (scikit-learn)
+    from policies.gonogo_features import record_features, record_key  # noqa: PLC0415 (scikit-learn)
 
     records = {}
     for n, line in jsonl_text(features, "retrospective features"):  # names a non-UTF-8 or oversized line
         try:
             row = loads_strict(line)
+            if not (isinstance(row, dict) and isinstance(row.get("cell"), str) and isinstance(row.get("features"), dict)):
+                raise TypeError("not an object with a string `cell` and an object `features`")
+            record_features(row["features"])  # the go/no-go reads it so: a value it cannot is refused here
             records[record_key(world_seed, row["cell"])] = row["features"]
-        except (BadInput, KeyError, TypeError) as exc:
+        except (BadInput, KeyError, TypeError, ValueError, AttributeError) as exc:
             why = f"no {exc} key" if isinstance(exc, KeyError) else str(exc)
             raise BadInput(f"{features} line {n} is not a frozen cell record ({why}): restore it from git or run "
                            "the retrospective again") from None

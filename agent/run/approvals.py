@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
@@ -67,8 +67,18 @@ def kinds(text: str | None) -> tuple[str, ...]:
 
 
 def pending(run_dir: str | Path) -> Pending | None:
+    """The decision a paused run waits on (None: it waits on none); BadInput where the file is
+    damaged. The paused node writes it again when the run resumes (agent/loop/approval.py)."""
     path = RunDir(Path(run_dir)).approval_pending_file
-    return Pending.model_validate_json(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.exists():
+        return None
+    try:
+        return Pending.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        why = f"{exc.error_count()} problem(s), first: {exc.errors()[0]['msg']}"
+    except OSError as exc:  # a folder of its name, say
+        why = exc.strerror
+    raise BadInput(f"{path} is not a pending approval ({why}): run `agent run --resume {run_dir}`, which writes it again")
 
 
 def entries(run_dir: str | Path) -> list[dict]:
@@ -79,10 +89,10 @@ def entries(run_dir: str | Path) -> list[dict]:
 def verify(run_dir: str | Path) -> list[str]:
     """Problems of the approvals chain (empty when intact)."""
     prev, out = GENESIS, []
-    for i, e in enumerate(entries(run_dir)):
+    for n, e in enumerate(entries(run_dir), start=1):  # the file's line, as an editor shows it
         body = {k: v for k, v in e.items() if k not in ("prev_hash", "entry_hash")}
         if e.get("prev_hash") != prev or chain_hash(prev, content_hash(body)) != e.get("entry_hash"):
-            out.append(f"approvals.jsonl line {i}: broken chain")
+            out.append(f"approvals.jsonl line {n}: broken chain")
         prev = e.get("entry_hash", "")
     return out
 
