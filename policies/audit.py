@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_serializer
 
 from experience_bank.errors import BadInput
+from experience_bank.files import jsonl_text
 from experience_bank.hashing import chain_hash, content_hash, loads_strict
 from experience_bank.records import (
     CurrentContext, Decision, Features, Frozen, Ident, Sha256, TrialCurve, omit_empty, parse_model, parse_record,
@@ -387,8 +388,14 @@ def read_outcomes(path: Path | None) -> dict[str, OutcomeCell]:
     """Outcome cells keyed by the decision hash they score."""
     if path is None:
         return {}
-    cells = [parse_model(OutcomeCell, line, "outcome cell") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return {c.decision_hash: c for c in cells}
+    cells = {}
+    for n, line in jsonl_text(path, "outcomes file"):  # names a non-UTF-8 line too
+        try:
+            cell = parse_model(OutcomeCell, line, "outcome cell")
+        except BadInput as exc:
+            raise BadInput(f"{path} line {n}: {exc}: restore the run's {OUTCOMES_FILE}") from None
+        cells[cell.decision_hash] = cell
+    return cells
 
 
 def own_policy_agreement(entries: list[Entry], walks: dict[str, list[dict]]) -> dict:

@@ -261,6 +261,7 @@ def paired_runs_json(path: str | Path) -> list[PairedRun]:
         if not isinstance(cells, list):
             raise TypeError("`cells` is not a list")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BadInput(f"{path} is not a retrospective JSON: it has no `cells` list ({exc!r}); "
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else repr(exc)  # not the bytes it read
+        raise BadInput(f"{path} is not a retrospective JSON: it has no `cells` list ({why}); "
                        "pass docs/results/retrospective-*.json or an executed retrospective directory") from None
     return [paired_run(c, world_seed=int(facts.get("world_seed", 0))) for c in cells]

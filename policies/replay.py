@@ -187,7 +187,7 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
 
 def _run_outcomes(run: Path) -> list[OutcomeCell]:
     path = run / OUTCOMES_FILE
-    if not path.is_file():
+    if not path.exists():  # a folder of its name is refused by the reader, not read as none
         return []
     return list(read_outcomes(path).values())
 

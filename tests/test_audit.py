@@ -64,3 +64,15 @@ def test_an_outcomes_file_that_is_a_folder_is_refused_not_read_as_no_outcomes(tm
     assert main(["audit", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "outcomes.jsonl is not a file" in err and len(err.splitlines()) == 1
+
+
+def test_a_damaged_outcome_line_is_named_by_its_file_and_line(tmp_path, capsys):
+    ds = _run(tmp_path)
+    good = OutcomeCell(candidate_id=ds[0].candidate_id, decision_hash=ds[0].decision_hash, outcome="harmful",
+                       trial_verdict=None, full_device_hours=2.0, trial_device_hours=0.4)
+    write_outcome(tmp_path / "outcomes.jsonl", good)
+    with open(tmp_path / "outcomes.jsonl", "a") as f:
+        f.write('{"candidate_id": "S02", "short": 1}\n')
+    assert main(["audit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'outcomes.jsonl'} line 2: invalid outcome cell" in err

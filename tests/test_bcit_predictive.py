@@ -110,15 +110,17 @@ def _listing(root):
 @pytest.mark.parametrize("extra, needle", [
     ([], "agent gonogo SOURCES --model OUT.json"),
     (["--gonogo-model", "missing.json"], "go/no-go model missing.json does not exist"),
-    (["--gonogo-model", "bad.json"], "go/no-go model"),
+    (["--gonogo-model", "bad.json"], "--gonogo-model bad.json: invalid go/no-go model"),
+    (["--gonogo-model", "cut.json"], "--gonogo-model cut.json: not valid JSON"),  # the file and the fix, not just the defect
 ])
 def test_a_missing_or_defective_model_is_bad_input_and_writes_nothing(tmp_path, monkeypatch, capsys, extra, needle):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.json").write_text('{"feature_names": []}')
+    (tmp_path / "cut.json").write_text('{"feature_names": [')
     before = _listing(tmp_path)
     assert main(["run", "--policy", "bcit_predictive", "--out", "runs/ep-x", "--bank", "b.sqlite", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0]
+    assert len(err) == 1 and needle in err[0] and ("agent gonogo SOURCES --model OUT.json" in err[0] or "exist" in err[0])
     assert _listing(tmp_path) == before
 
 

@@ -223,7 +223,8 @@ def _listing(root):
 
 @pytest.mark.parametrize("extra, needle", [
     (["--extrapolation-model", "missing.json"], "extrapolation model missing.json does not exist"),
-    (["--extrapolation-model", "bad.json"], "extrapolation model"),
+    (["--extrapolation-model", "bad.json"], "--extrapolation-model bad.json: invalid extrapolation model"),
+    (["--extrapolation-model", "cut.json"], "--extrapolation-model cut.json: not valid JSON"),
     (["--extrapolation-model", "tenth.json"], "fitted at trial fractions [0.1], the run's trials stop at 0.2"),
 ])
 def test_a_missing_defective_or_mismatched_model_is_bad_input_and_writes_nothing(tmp_path, monkeypatch, capsys,
@@ -231,6 +232,7 @@ def test_a_missing_defective_or_mismatched_model_is_bad_input_and_writes_nothing
     from support.extrapolation_fixture import fitted  # noqa: PLC0415
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.json").write_text('{"groups": []}')
+    (tmp_path / "cut.json").write_text('{"groups": [')
     tenth = fitted().model_copy(update={"groups": tuple(g.model_copy(update={"trial_fraction": 0.1})
                                                          for g in fitted().groups)})
     (tmp_path / "tenth.json").write_text(tenth.model_dump_json())

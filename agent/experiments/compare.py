@@ -247,23 +247,24 @@ def _plan(out: Path, policies: list[str], seeds: list[int], *, budget: str | Non
     """Fit the world's models (when asked; those kept in `results` are taken first), then take from
     `results` the episodes it holds: BadInput, before any episode runs, when one was measured in
     other conditions. The caller then stamps `out` with the code (compare_results.claim_out)."""
-    if results is not None and (fit is not None or report_only):
+    if results is not None and fit is not None:
         CR.take_models(results, out)
-    fitted = _models(out, world_seed, fit, gonogo=any(p in NEEDS_GONOGO for p in policies), report_only=report_only)
+    fitted = _models(out, results if report_only else None, world_seed, fit,
+                     gonogo=any(p in NEEDS_GONOGO for p in policies))
     argv_for = argv_for or (lambda o, p, s: episode_argv(o, p, s, budget=budget, config=config, world_seed=world_seed,
                                                          extra=fitted.flags(p) if fitted else None))
     return _Plan(out, world_seed, argv_for, None if results is None else CR.stored(
         results, _matches(policies, seeds, budget=budget, config=config, world_seed=world_seed, fitted=fitted, code=code)))
 
 
-def _models(out: Path, world_seed: int | None, fit: Fit | None, *, gonogo: bool, report_only: bool) -> Fitted | None:
+def _models(out: Path, report: Path | None, world_seed: int | None, fit: Fit | None, *, gonogo: bool) -> Fitted | None:
     """The models a world's episodes run with: fitted on the other worlds' sources (`fit`), or, for a
-    report, those its results directory keeps (the ones its episodes ran with, so a report needs no
-    --fit-from); None: none."""
+    report, those its results directory `report` keeps (the ones its episodes ran with, read where
+    they are: a report needs no --fit-from and copies nothing); None: none."""
     if fit is not None:
         return fit_for_world(out, fit.config_world_seed if world_seed is None else world_seed, list(fit.sources),
                              gonogo=gonogo, alpha=fit.alpha, delta=fit.delta)
-    return kept(out, gonogo=gonogo) if report_only else None
+    return kept(report, gonogo=gonogo) if report is not None else None
 
 
 def _matches(policies: list[str], seeds: list[int], *, budget: str | None, config: str | None, world_seed: int | None,

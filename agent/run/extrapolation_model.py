@@ -34,7 +34,11 @@ def read_model(cfg: RunConfig) -> tuple[str, ExtrapolationInfo] | None:
     if cfg.extrapolation_model is None:
         return None
     text = read_text(cfg.extrapolation_model, NOUN)
-    fit = extrapolate.loads(text)
+    try:
+        fit = extrapolate.loads(text)
+    except BadInput as exc:  # it names the defect, not the file or what to do
+        raise BadInput(f"--extrapolation-model {cfg.extrapolation_model}: {exc}: fit one with `agent extrapolate "
+                       "--retrospective DIR ... --save OUT.json` and pass --extrapolation-model OUT.json") from None
     fractions = sorted({g.trial_fraction for g in fit.groups})
     if not fit.groups or fractions != [cfg.trial_fraction]:
         raise BadInput(f"extrapolation model {cfg.extrapolation_model} was fitted at trial fractions {fractions}, "

@@ -76,7 +76,10 @@ def read_model(cfg: RunConfig, bank: Bank | None = None, version: int | None = N
         text = library_text(cfg.bank, bank, version)[1]
     else:
         text = read_text(cfg.gonogo_model, "go/no-go model")
-    m = gonogo.loads(text)
+    try:
+        m = gonogo.loads(text)
+    except BadInput as exc:  # it names the defect, not the file or what to do
+        raise BadInput(f"--gonogo-model {cfg.gonogo_model}: {exc}: {HOW_TO_FIT}") from None
     return text, GoNoGoInfo(sha256=sha256_text(text), source=cfg.gonogo_model, training_hash=m.training_hash,
                             feature_names=m.feature_names, threshold=m.threshold.threshold, alpha=m.alpha,
                             delta=m.delta, n_train=m.n_train, library_version=m.library_version,
