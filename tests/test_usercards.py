@@ -102,6 +102,12 @@ def _no_world(*a, **k):
     (SFT, ("--device-hours", "0"), "--device-hours 0 is refused (Input should be greater than 0)"),
     (SFT, ("--out", "{file}"), "is an existing file: give a directory path"),
     (SFT, ("--out", "{file}/cards"), "which is a file: give a directory path"),
+    # every key but the datasets' pools is read without the world (recipes.read_recipe)
+    (SFT + "lerning_rate: 0.1\n", (), "unknown key 'lerning_rate'"),
+    (SFT.replace("learning_rate: 2.0e-4", "learning_rate: fast"), (), "learning_rate = 'fast' is not a float"),
+    (SFT + "optim: adamw_torch\n", (), "key 'optim' is refused"),
+    ((RECIPES / "llamafactory_lora_sft.yaml").read_text() + "lora_dropout: 0.1\n", (), "unknown key 'lora_dropout'"),
+    (SFT, ("--target", "finance/target"), "--target finance/target is not the target suite of family sql"),
 ])
 def test_what_the_flags_and_file_refuse_is_refused_before_the_world_is_built(tmp_path, monkeypatch, capsys, text,
                                                                                flags, says):

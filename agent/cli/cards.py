@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agent.config import build_config, read_yaml
+from agent.config import build_config
 from agent.inputs import check_out_dir
 from agent.world.factory import world_for
-from agent.world.usercards.recipes import card_file, import_recipe
+from agent.world.usercards.recipes import card_file, import_recipe, read_recipe
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.records import NominalBudget
@@ -60,9 +60,9 @@ def cmd_import(args) -> int:
         raise BadInput(f"recipe {source} not found: pass the YAML file `trl` or LlamaFactory reads")
     _check_device_hours(args.device_hours)
     # The world may take minutes to build: what the flags and the file can refuse on their own is
-    # refused first. The YAML is parsed as import_recipe parses it (syntax, duplicate keys, a
-    # mapping); its keys are checked against the world's pools there, after the build.
-    read_yaml(str(source))
+    # refused first (read_recipe: every key, type and the family); only whether its datasets are
+    # pools of the world waits for the build.
+    read_recipe(source, family=args.family, targets=tuple(args.target))
     check_out_dir(args.out)
     world = world_for(build_config(args.config, {}))
     imported = import_recipe(source, world, family=args.family, targets=tuple(args.target),

@@ -173,7 +173,7 @@ def _refuse(key: str, where: str, why: str) -> typing.NoReturn:
 # --- the two formats --------------------------------------------------------------------------
 
 
-def _from_trl(raw: dict, method: str, world_datasets: dict[str, str], where: str) -> tuple[dict, dict, list]:
+def _from_trl(raw: dict, method: str, where: str) -> tuple[dict, dict, list]:
     _check_trl(raw, method, where)
     mapped, owned, card = {}, [], {}
     grpo = method == "grpo"
@@ -181,8 +181,7 @@ def _from_trl(raw: dict, method: str, world_datasets: dict[str, str], where: str
         if key in TRL_RUN_OWNED:
             owned.append(key)
     ds = _need(raw, "dataset_name", where, "name one of the world's pools, e.g. dataset_name: sql/target/train")
-    card["mix"] = _datasets([ds], world_datasets, where)
-    mapped["dataset_name"] = "data.mix"
+    card["datasets"], mapped["dataset_name"] = [ds], "data.mix"
     steps = _need(raw, "max_steps", where, "set max_steps > 0: the card's nominal steps")
     if steps <= 0:
         raise BadInput(f"{where}: max_steps = {steps}: set max_steps > 0 (the card's nominal steps)")
@@ -232,7 +231,7 @@ def _from_trl(raw: dict, method: str, world_datasets: dict[str, str], where: str
     return card, mapped, owned
 
 
-def _from_llamafactory(raw: dict, world_datasets: dict[str, str], where: str) -> tuple[dict, dict, list]:
+def _from_llamafactory(raw: dict, where: str) -> tuple[dict, dict, list]:
     for key, value in raw.items():
         if key not in LF_TYPES:
             raise BadInput(f"{where}: unknown key {key!r}: not a LlamaFactory SFT/LoRA key this importer knows; "
@@ -264,7 +263,7 @@ def _from_llamafactory(raw: dict, world_datasets: dict[str, str], where: str) ->
                 "LoRA settings with finetuning_type: full; remove them")
     ids = [d.strip() for d in _need(raw, "dataset", where, "name the world's pools, e.g. dataset: sql/target/train")
            .split(",")]
-    card["mix"], mapped["dataset"] = _datasets(ids, world_datasets, where), "data.mix"
+    card["datasets"], mapped["dataset"] = ids, "data.mix"
     batch = raw.get("per_device_train_batch_size", 1) * raw.get("gradient_accumulation_steps", 1)
     card["batch"] = batch
     mapped |= {k: "hparams.batch_size" for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
@@ -312,11 +311,24 @@ def _build(k: dict, *, cid: str, title: str, method: str, family: str, device_ho
         budget=NominalBudget(steps=k["steps"], device_hours=device_hours), nu=nu)
 
 
-def import_recipe(path: str | Path, world, *, family: str | None = None, targets: tuple[str, ...] = (),
-                  device_hours: float, card_id_: str | None = None, title: str | None = None,
-                  nu: str = "restart") -> Imported:
-    """The Proposal of one recipe file against a world (its datasets, arch, output protocols);
-    BadInput (one line naming the key) for anything it cannot carry."""
+class Recipe(typing.NamedTuple):
+    """What a recipe file says, checked without the world (read_recipe): every key but whether its
+    datasets are pools of the world, which only the built world can say."""
+
+    path: Path
+    fmt: str
+    """llamafactory, trl-sft or trl-grpo."""
+    method: str
+    family: str
+    fields: dict[str, Any]
+    """The card's values by short name (`datasets`: the pool ids, not yet bound to the world)."""
+    mapped: dict[str, str]
+    owned: list[str]
+
+
+def read_recipe(path: str | Path, *, family: str | None = None, targets: tuple[str, ...] = ()) -> Recipe:
+    """A recipe file's keys, types, format and family checked without the world (a world can take
+    minutes to build: `agent cards import` calls this first); BadInput naming the key."""
     path = Path(path)
     where = path.name
     raw = read_yaml(str(path))
@@ -324,31 +336,38 @@ def import_recipe(path: str | Path, world, *, family: str | None = None, targets
         raise BadInput(f"{where}: expected a mapping of keys (a TRL or LlamaFactory YAML config)")
     fmt = recipe_format(raw)
     method = "grpo" if fmt == "trl-grpo" else "sft"
-    if fmt == "llamafactory":
-        k, mapped, owned = _from_llamafactory(raw, dict(world.datasets), where)
-    else:
-        k, mapped, owned = _from_trl(raw, method, dict(world.datasets), where)
-    fam = family or k["mix"][0].dataset.id.split("/")[0]
+    k, mapped, owned = _from_llamafactory(raw, where) if fmt == "llamafactory" else _from_trl(raw, method, where)
+    fam = family or k["datasets"][0].split("/")[0]
     if fam not in OUTPUT_PROTOCOL:
         raise BadInput(f"{where}: family {fam!r} is not one of {', '.join(OUTPUT_PROTOCOL)}: pass --family")
     for suite in targets:
         if suite != f"{fam}/target":
             raise BadInput(f"{where}: --target {suite} is not the target suite of family {fam} ({fam}/target)")
+    return Recipe(path, fmt, method, fam, k, mapped, owned)
+
+
+def import_recipe(path: str | Path, world, *, family: str | None = None, targets: tuple[str, ...] = (),
+                  device_hours: float, card_id_: str | None = None, title: str | None = None,
+                  nu: str = "restart") -> Imported:
+    """The Proposal of one recipe file against a world (its datasets, arch, output protocols);
+    BadInput (one line naming the key) for anything it cannot carry."""
+    recipe = read_recipe(path, family=family, targets=targets)
+    path, where = recipe.path, recipe.path.name
+    k = recipe.fields | {"mix": _datasets(recipe.fields["datasets"], dict(world.datasets), where)}
     cid = card_id_ or card_id(path)
     try:
-        card = _build(k, cid=cid, title=title or f"{fmt} recipe {path.name}", method=method, family=fam,
-                      device_hours=device_hours, nu=nu)
+        card = _build(k, cid=cid, title=title or f"{recipe.fmt} recipe {path.name}", method=recipe.method,
+                      family=recipe.family, device_hours=device_hours, nu=nu)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise BadInput(f"{where}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     needs = Needs(datasets=tuple(m.dataset.id for m in card.data.mix), runtime=runtime_of(card),
-                  output_protocol=OUTPUT_PROTOCOL[fam])
-    sha = file_sha256(str(path))
-    run_owned = tuple(sorted(owned))
+                  output_protocol=OUTPUT_PROTOCOL[recipe.family])
     proposal = Proposal(card=card, applicability=applicability(card, world, needs), provenance=Provenance(
         model_sha256=world.model.sha256, data_sha256={m.dataset.id: m.dataset.sha256 for m in card.data.mix},
-        config_sha256=sha, eval_sha256=content_hash(world.eval_protocol), produced_by=_produced_by(fmt, path)))
-    return Imported(proposal, fmt, mapped, run_owned)
+        config_sha256=file_sha256(str(path)), eval_sha256=content_hash(world.eval_protocol),
+        produced_by=_produced_by(recipe.fmt, path)))
+    return Imported(proposal, recipe.fmt, recipe.mapped, tuple(sorted(recipe.owned)))
 
 
 def _produced_by(fmt: str, path: Path) -> str:
