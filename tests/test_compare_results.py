@@ -359,3 +359,17 @@ def test_a_comparison_directory_holds_one_code_s_episodes(tmp_path, fake, monkey
     (tmp_path / "m2" / CR.OUT_CODE).write_text("{not json")
     with pytest.raises(BadInput, match="comparison code stamp .*code.json"):
         C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r2")
+
+
+def test_a_results_directory_whose_episodes_are_not_files_is_refused_before_anything_runs(tmp_path, fake):
+    """An `episodes` that is a file would fail only when the first episode is kept, hours in; a
+    digest that is a folder was taken as never run."""
+    argv_for, calls = fake
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "episodes").write_text("x")
+    with pytest.raises(BadInput, match="r1/episodes: .*r1/episodes is a file, not a directory"):
+        C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r1")
+    (tmp_path / "r2" / "episodes" / "good-s0.json").mkdir(parents=True)
+    with pytest.raises(BadInput, match="good-s0.json is not a stored episode"):
+        C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r2")
+    assert calls() == [] and not (tmp_path / "m1").exists() and not (tmp_path / "m2").exists()

@@ -107,7 +107,7 @@ class Stored:
 def stored(results: Path, matches: dict[str, dict[str, Any]]) -> Stored:
     """`results` with the episodes it holds of these jobs; BadInput, before anything runs, when it
     cannot be a directory (`writable_dir`) or one was measured in other conditions (`take`)."""
-    writable_dir(results)
+    writable_dir(results / "episodes")  # the folder episodes are kept in, or the nearest that exists
     docs = take(results, matches)
     return Stored(results, matches, {n: d["digest"] for n, d in docs.items()},
                   {n: d["match"].get("code") for n, d in docs.items()})
@@ -200,7 +200,7 @@ def take(results: Path, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str
     taken = {}
     for name, ours in wanted.items():
         path = episode_file(results, name)
-        if not path.is_file():
+        if not path.exists():  # a folder of its name is refused by _read, not taken as not run
             continue
         doc = _read(path)
         diff = mismatch(doc["match"], ours, tuple(k for k in MATCH if k in ours))
