@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import json
 
+from agent.inputs import check_out_dir
 from experience_bank.errors import BadInput
 from experience_bank.runcache import RunCache, default_root
 
@@ -59,12 +60,10 @@ def _cache() -> RunCache:
     would list nothing and remove nothing, which reads as an empty cache: refused instead. A root
     that does not exist yet is an empty cache."""
     root = default_root()
-    for path in (root, *root.parents):
-        if path.exists():
-            if not path.is_dir():
-                where = "is not a directory" if path == root else f"lies under {path}, which is not a directory"
-                raise BadInput(f"run cache root {root} {where}: point AGENT_RUN_CACHE or AGENT_CACHE at a directory")
-            break
+    try:
+        check_out_dir(root, "run cache root")
+    except BadInput as exc:
+        raise BadInput(f"{exc} (point AGENT_RUN_CACHE or AGENT_CACHE at a directory)") from None
     return RunCache(root)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from agent.config import build_config
 from agent.inputs import check_out_dir
@@ -44,11 +45,15 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_import)
 
 
+_DEVICE_HOURS = TypeAdapter(Annotated[float, NominalBudget.model_fields["device_hours"]],
+                            config=NominalBudget.model_config)
+"""The card's own device_hours field (finite, > 0, at most 100,000), validated on its own."""
+
+
 def _check_device_hours(value: float) -> None:
-    """--device-hours against the card's own field (NominalBudget: finite, > 0, at most 100,000),
-    before the world is built; `steps` is a placeholder, the recipe's own is checked later."""
+    """--device-hours against the card's field, before the world is built."""
     try:
-        NominalBudget(steps=1, device_hours=value)
+        _DEVICE_HOURS.validate_python(value)
     except ValidationError as exc:
         raise BadInput(f"--device-hours {value:g} is refused ({exc.errors()[0]['msg']}): give the full run's "
                        "nominal cost, e.g. --device-hours 3") from None
