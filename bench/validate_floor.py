@@ -147,7 +147,7 @@ def calibration(sources: list[Path]) -> list[dict]:
         labels = gonogo._labels(train, rule["band"], rule["ifeval_drop_pp"])
         x = gonogo_features.matrix(train, records, footing)
         _, groups = gonogo.groups_of(train)
-        p_cal = gonogo.out_of_group_p_harm(x, labels, groups, gonogo.DEFAULT_C)
+        p_cal = gonogo.out_of_group(x, labels, groups, gonogo.DEFAULT_C)[1]
         model = gonogo.fit(train, records, footing=footing, **rule)
         _, p_test = gonogo.predict(model, gonogo_features.matrix(test, records, footing))
         harm_cal = np.array([lab == "harmful" for lab in labels])

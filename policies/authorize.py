@@ -199,6 +199,8 @@ def bcit_predictive(f, st, cfg, prior: Prior | None = None):
     if d is None:  # a prior-only head that authorizes nothing, or none (an older model file): never skips
         return action, rule, n
     n = n | {"prior_p_harmful": d.p_harmful, "prior_threshold": d.threshold}
+    if prior.model.prior is not None and prior.model.prior.beneficial_floor is not None:  # older models: as they were
+        n |= {"prior_p_beneficial": d.p_beneficial}
     return ("train", SKIP_RULE, n) if d.go else (action, rule, n)
 
 

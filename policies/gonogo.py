@@ -17,9 +17,20 @@ which is what the report shows for every decision. A head whose training runs ho
 only (e.g. no beneficial run) is a constant at the smoothed rate (k + 0.5) / (n + 1): say so, do
 not pretend to learn.
 
-Threshold: go iff P(harmful) <= t, t chosen by Learn-then-Test (policies/ltt.py) so that the harmful
-share of what it authorizes is <= alpha with probability >= 1 - delta, on given calibration runs
-(a split) or, by default, the training runs' own out-of-group scores (cross-fitted, approximate).
+Rule (`authorizes`): go iff P(harmful) <= t and P(beneficial) >= BENEFICIAL_FLOOR. t is chosen by
+Learn-then-Test (policies/ltt.py) so that the harmful share of what P(harmful) <= t authorizes is
+<= alpha with probability >= 1 - delta, on given calibration runs (a split) or, by default, the
+training runs' own out-of-group scores (cross-fitted, approximate). Why the floor: a go is right when
+the full run is beneficial, so the go more often right than wrong is P(beneficial) >= 1/2, the Bayes
+rule for that loss; the threshold alone authorized every run it thought safe, neutral ones too (held
+out by world on v7: accuracy 0.645 and 8 of 141 authorized harmful; with the floor 0.755 and 2 of 78,
+docs/results/gonogo-v7b-w012.md). 1/2 is fixed by the loss, not fitted. What the bound covers: the
+set P(harmful) <= t; the floor only narrows it, and a subset's harmful share is not certified by its
+superset's, so the fit measures it on the same calibration runs (GoNoGo.floor_check) and the report
+shows it. Why not choose t with the floor inside Learn-then-Test: tried, it certified no threshold in
+two of three held-out folds (accuracy 0.612); dropping neutral runs from the authorized set leaves
+too few runs at the low thresholds the sequence must pass first. Models stored before the floor
+existed (beneficial_floor None) decide on P(harmful) alone.
 
 Features: policies/gonogo_features.py owns their list and order.
 
@@ -52,9 +63,11 @@ from experience_bank.records import Frozen, parse_model
 from policies.curves import Footing, PairedRun, footing_of
 from policies.gonogo_features import (FEATURE_NAMES, PRIOR_FEATURE_NAMES, Record, features, matrix, record_features,
                                       record_key)
-from policies.ltt import Threshold, check_levels, choose_threshold
+from policies.ltt import Threshold, check_levels, choose_threshold, upper_bound
 from policies.outcomes import OutcomeClass
 
+BENEFICIAL_FLOOR = 0.5
+"""The least P(beneficial) a go needs: the Bayes rule when a go is right iff the full run is beneficial."""
 DEFAULT_C = 1.0
 """Inverse L2 strength of both heads: sklearn's default, not tuned on the bank's outcomes."""
 TOP_CONTRIBUTIONS = 5
@@ -88,6 +101,17 @@ class TrainingRows(Frozen):
     calibration_x: tuple[tuple[float, ...], ...] | None = None
     """A split calibration's runs x feature_names (None: cross-fitted on the training runs)."""
     calibration_labels: tuple[OutcomeClass, ...] | None = None
+
+
+class FloorCheck(Frozen):
+    """The rule with its floor on the calibration runs the threshold was chosen on: what it authorizes,
+    the harmful among them and their one-sided Clopper-Pearson bound at 1 - delta (measured: the
+    Learn-then-Test bound is the threshold's alone)."""
+
+    authorized: int
+    harmful: int
+    upper_bound: float | None
+    """None when it authorizes none."""
 
 
 class GoNoGo(Frozen):
@@ -124,6 +148,11 @@ class GoNoGo(Frozen):
     rows: TrainingRows | None = None
     """What it was fitted on, for `refit`; None in models fitted before the rows were kept (they load
     and decide as before; a refit of one is BadInput)."""
+    beneficial_floor: float | None = None
+    """A go needs P(beneficial) >= this (BENEFICIAL_FLOOR) besides P(harmful) <= the threshold; None in
+    models fitted before the floor existed: they decide on P(harmful) alone."""
+    floor_check: FloorCheck | None = None
+    """The whole rule on the threshold's calibration runs (None: no floor, or no threshold)."""
 
 
 def training_hash(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None) -> str:
@@ -204,16 +233,24 @@ def group_keys(world_seeds: Sequence[int], card_ids: Sequence[str]) -> tuple[Lit
     return "card", list(card_ids)
 
 
-def out_of_group_p_harm(x: np.ndarray, labels: Sequence[str], groups: Sequence[str], C: float) -> np.ndarray:
-    """Each run's P(harmful) from a model fitted without its group (the cross-fitted calibration scores)."""
-    groups_arr, out = np.array(groups), np.empty(len(labels))
+def out_of_group(x: np.ndarray, labels: Sequence[str], groups: Sequence[str], C: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's (P(beneficial), P(harmful)) from a model fitted without its group (the cross-fitted
+    calibration scores)."""
+    groups_arr, p_ben, p_harm = np.array(groups), np.empty(len(labels)), np.empty(len(labels))
     for g in dict.fromkeys(groups):
         inside = groups_arr == g
-        scaler, harm, _ = _fit_heads(x[~inside], [lab for lab, i in zip(labels, inside) if not i], C)
-        out[inside] = _proba(harm, scaler.transform(x[inside]))
-    return out
+        scaler, harm, ben = _fit_heads(x[~inside], [lab for lab, i in zip(labels, inside) if not i], C)
+        z = scaler.transform(x[inside])
+        p_ben[inside], p_harm[inside] = _proba(ben, z), _proba(harm, z)
+    return p_ben, p_harm
 
 
+def authorizes(p_beneficial: float, p_harmful: float, threshold: float | None, beneficial_floor: float | None) -> bool:
+    """The go/no-go's rule, the one place it is written (deciding, and choosing the threshold, read it):
+    go iff P(harmful) <= threshold (never, where there is none) and P(beneficial) >= the floor (where the
+    model has one)."""
+    return (threshold is not None and p_harmful <= threshold
+            and (beneficial_floor is None or p_beneficial >= beneficial_floor))
 
 
 class Settings(Frozen):
@@ -226,11 +263,14 @@ class Settings(Frozen):
     C: float
     footing: Footing
     footing_note: str | None
+    beneficial_floor: float | None = BENEFICIAL_FLOOR
+    """GoNoGo.beneficial_floor (None: P(harmful) alone, the rule before the floor)."""
 
 
 def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, *, alpha: float, delta: float = 0.1,
         band: float, ifeval_drop_pp: float, C: float = DEFAULT_C, library_version: int | None = None,
-        calibration: Sequence[PairedRun] | None = None, footing: Footing | None = None) -> GoNoGo:
+        calibration: Sequence[PairedRun] | None = None, footing: Footing | None = None,
+        beneficial_floor: float | None = BENEFICIAL_FLOOR) -> GoNoGo:
     """Fit both heads on `runs` and choose the threshold on `calibration` (None: cross-fitted scores
     of `runs` themselves, one model per held-out group of groups_of); the curve features on one
     footing for every run of both (policies.curves.footing_of; `footing` forces one). The prior-only
@@ -245,7 +285,7 @@ def fit(runs: Sequence[PairedRun], records: Mapping[str, Record] | None = None, 
                         calibration_x=_rows_of(matrix(calibration, records, footing)) if split else None,
                         calibration_labels=tuple(_labels(calibration, band, ifeval_drop_pp)) if split else None)
     return _fit_rows(rows, Settings(alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C,
-                                    footing=footing, footing_note=note),
+                                    footing=footing, footing_note=note, beneficial_floor=beneficial_floor),
                      training_hash=training_hash(runs, records), library_version=library_version)
 
 
@@ -264,7 +304,8 @@ def _fit_rows(rows: TrainingRows, s: Settings, *, training_hash: str, library_ve
     groups = group_keys(rows.world_seeds, rows.card_ids)[1] if cal is None else []
     shared = dict(C=s.C, alpha=s.alpha, delta=s.delta, band=s.band, ifeval_drop_pp=s.ifeval_drop_pp,
                   n_train=len(labels), training_hash=training_hash, library_version=library_version,
-                  sklearn_version=sklearn.__version__, footing=s.footing, footing_note=s.footing_note)
+                  sklearn_version=sklearn.__version__, footing=s.footing, footing_note=s.footing_note,
+                  beneficial_floor=s.beneficial_floor)
     model = _fit_on(FEATURE_NAMES, x, labels, groups, cal, shared)
     return model.model_copy(update={"rows": rows, "prior": _fit_on(PRIOR_FEATURE_NAMES, x, labels, groups, cal,
                                                                    shared)})
@@ -284,14 +325,20 @@ def _fit_on(names: tuple[str, ...], x: np.ndarray, labels: Sequence[str], groups
                                        authorized=0, harmful=0, upper_bound=None), **shared)
     if calibration is not None:
         cal_labels = calibration[1]
-        p_harm = predict(model, np.ascontiguousarray(calibration[0][:, cols]))[1]
+        p_ben, p_harm = predict(model, np.ascontiguousarray(calibration[0][:, cols]))
         kind: Literal["cross-fitted", "split"] = "split"
     else:
         cal_labels, kind = list(labels), "cross-fitted"
-        p_harm = out_of_group_p_harm(x, labels, groups, shared["C"])
-    chosen = choose_threshold(p_harm, [lab == "harmful" for lab in cal_labels], alpha=shared["alpha"],
-                              delta=shared["delta"], calibration=kind)
-    return model.model_copy(update={"threshold": chosen})
+        p_ben, p_harm = out_of_group(x, labels, groups, shared["C"])
+    harmful = [lab == "harmful" for lab in cal_labels]
+    chosen = choose_threshold(p_harm, harmful, alpha=shared["alpha"], delta=shared["delta"], calibration=kind)
+    floor = shared["beneficial_floor"]
+    check = None
+    if floor is not None and chosen.threshold is not None:
+        go = [authorizes(float(b), float(h), chosen.threshold, floor) for b, h in zip(p_ben, p_harm)]
+        n, k = sum(go), sum(g and h for g, h in zip(go, harmful))
+        check = FloorCheck(authorized=n, harmful=k, upper_bound=upper_bound(k, n, shared["delta"]) if n else None)
+    return model.model_copy(update={"threshold": chosen, "floor_check": check})
 
 
 # --- refitting with more paired runs (at consolidation: agent/run/gonogo_refit.py) ------------------
@@ -302,7 +349,8 @@ HOW_TO_REFIT = "fit it again with `agent gonogo SOURCES --model OUT.json`, which
 def settings(model: GoNoGo) -> Settings:
     """The settings a model was fitted with (what its refit keeps)."""
     return Settings(alpha=model.alpha, delta=model.delta, band=model.band, ifeval_drop_pp=model.ifeval_drop_pp,
-                    C=model.C, footing=model.footing, footing_note=model.footing_note)
+                    C=model.C, footing=model.footing, footing_note=model.footing_note,
+                    beneficial_floor=model.beneficial_floor)
 
 
 def refit_refusal(model: GoNoGo) -> str | None:
@@ -369,7 +417,7 @@ def top_contributions(decision: GoDecision, k: int = TOP_CONTRIBUTIONS) -> tuple
 
 
 def decide(model: GoNoGo, run_features: Mapping[str, float]) -> GoDecision:
-    """Go iff P(harmful) <= the model's threshold (never, when it has none)."""
+    """The model's go (`authorizes`) with the numbers behind it."""
     missing = [n for n in model.feature_names if n not in run_features]
     if missing:
         raise BadInput(f"features lack {missing[:3]}: compute them with policies.gonogo_features.features")
@@ -378,6 +426,7 @@ def decide(model: GoNoGo, run_features: Mapping[str, float]) -> GoDecision:
     z = (x[0] - np.array(model.mean)) / np.array(model.scale)
     contributions = {n: float(c * v) for n, c, v in zip(model.feature_names, model.harmful.coef, z)}
     t = model.threshold.threshold
-    return GoDecision(go=t is not None and p_harm <= t, p_beneficial=p_ben, p_harmful=p_harm, threshold=t,
+    return GoDecision(go=authorizes(p_ben, p_harm, t, model.beneficial_floor), p_beneficial=p_ben, p_harmful=p_harm,
+                      threshold=t,
                       contributions=contributions)
 

@@ -8,7 +8,8 @@ reads the curves on the one footing of all the runs (policies.curves.footing_of)
 
 Rules compared on the same held-out runs, each with accuracy, precision, recall and harmful
 among authorized, every rate with its 95 % Clopper-Pearson interval:
-- `gonogo`: go iff P(harmful) <= the Learn-then-Test threshold of the fold's model;
+- `gonogo`: the fold model's rule (gonogo.authorizes: P(beneficial) at least its floor and
+  P(harmful) at most its Learn-then-Test threshold);
 - `p_harmful<0.5` and `p_beneficial>=0.5`: the same models at a fixed, uncalibrated 0.5 (how
   well they rank, apart from what the alpha bound allows);
 - each of `baselines` (by name): an existing rule that learns nothing, e.g. the 20 % trial's pass,
@@ -72,6 +73,8 @@ class Fold(Frozen):
     threshold: float | None
     prior_threshold: float | None = None
     """The fold's prior-only threshold (None: it authorizes nothing, never skips)."""
+    floor_check: gonogo.FloorCheck | None = None
+    """The fold model's whole rule (with its P(beneficial) floor) on its calibration runs."""
 
 
 class HeldOut(Frozen):
@@ -150,6 +153,11 @@ def markdown(e: Evaluation) -> str:
               f"{sorted(t for t in thresholds if t is not None) or 'none'}. Any threshold needs at least "
               f"{ltt.min_authorized(e.alpha, e.delta)} authorized calibration runs, none of them harmful, "
               f"to pass at this alpha and delta."]
+    checks = [f"{f.held_out}: {c.harmful} of {c.authorized} (bound {c.upper_bound:.3f})" if c.upper_bound is not None
+              else f"{f.held_out}: 0 of 0" for f in e.folds if (c := f.floor_check) is not None]
+    if checks:
+        lines += ["", "With the P(beneficial) floor, harmful among what the fold's rule authorizes on its own calibration "
+                  f"runs (measured; the Learn-then-Test bound is the threshold's): {'; '.join(checks)}."]
     prior = [f.prior_threshold for f in e.folds]
     auc_prior = "undefined (one class)" if e.auc_harmful_prior is None else f"{e.auc_harmful_prior:.3f}"
     lines += ["", f"Prior-only go/no-go (card and record, no curve: whether bcit_predictive may skip the trial): "
@@ -184,7 +192,8 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
             rule = make(train)
             fold_go[name] |= {i: rule(runs[i]) for i in test}
         folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
-                          threshold=model.threshold.threshold, prior_threshold=model.prior.threshold.threshold))
+                          threshold=model.threshold.threshold, prior_threshold=model.prior.threshold.threshold,
+                          floor_check=model.floor_check))
     outcome = [r.outcome(band=band, ifeval_drop_pp=ifeval_drop_pp) for r in runs]
     p_ben = [held[i].p_beneficial for i in range(len(runs))]
     p_harm = [held[i].p_harmful for i in range(len(runs))]

@@ -62,13 +62,18 @@ def _confidence(delta: float) -> float:
     return 1 - 2 * delta
 
 
+def upper_bound(harmful: int, authorized: int, delta: float) -> float:
+    """The one-sided Clopper-Pearson bound at 1 - delta on a harmful share (authorized > 0)."""
+    return clopper_pearson(harmful, authorized, _confidence(delta))[1]
+
+
 def min_authorized(alpha: float, delta: float) -> int:
     """The fewest authorized calibration runs, all of them not harmful, whose bound can pass alpha:
     below it no threshold can be chosen, whatever the model."""
     check_levels(alpha, delta)
     # CP upper of 0/n at one-sided level 1 - d is 1 - d^(1/n) <= alpha  <=>  n >= log d / log(1 - alpha).
     n = math.ceil(math.log(delta) / math.log(1 - alpha))
-    return n if clopper_pearson(0, n, _confidence(delta))[1] <= alpha else n + 1
+    return n if upper_bound(0, n, delta) <= alpha else n + 1
 
 
 def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha: float, delta: float,
@@ -77,7 +82,7 @@ def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha:
     that authorizes min_authorized runs, before the first whose harmful-among-authorized bound exceeds alpha."""
     check_levels(alpha, delta)
     p, h = np.asarray(p_harm, dtype=float), np.asarray(harmful, dtype=bool)
-    confidence, floor = _confidence(delta), min_authorized(alpha, delta)
+    floor = min_authorized(alpha, delta)
     chosen = Threshold(threshold=None, calibration=calibration, n_calibration=len(p), authorized=0, harmful=0,
                        upper_bound=None)
     for t in THRESHOLDS:
@@ -85,7 +90,7 @@ def choose_threshold(p_harm: Sequence[float], harmful: Sequence[bool], *, alpha:
         n, k = int(go.sum()), int((go & h).sum())
         if n < floor:  # not yet in the sequence: untestable, and skipping it reads no label
             continue
-        upper = clopper_pearson(k, n, confidence)[1]
+        upper = upper_bound(k, n, delta)
         if upper > alpha:  # the first null not rejected ends the sequence
             break
         chosen = Threshold(threshold=t, calibration=calibration, n_calibration=len(p), authorized=n, harmful=k,

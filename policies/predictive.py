@@ -10,13 +10,14 @@ Rule: a trial whose own verdict is Fail stays a Fail. Every Fail is a guardrail 
 target fell by the fail margin, a retention metric fell past its bound, a hard failure or a
 training sanity check: trainers.trial.verdict), and a model fitted on a few dozen paired runs
 is no reason to override one. Otherwise (Pass or Inconclusive) the model decides: Pass iff it
-authorizes the full run under its frozen Learn-then-Test threshold (P(harmful) <= t), else Fail.
+authorizes the full run (policies.gonogo.authorizes: P(beneficial) at least its floor and P(harmful)
+at most its frozen Learn-then-Test threshold), else Fail.
 So the rule never returns Inconclusive and never spends the fallback lease.
 
 Skip (before the trial): the model carries a prior-only go/no-go (GoNoGo.prior), fitted the same
 way on what is known before a trial (the card's facts, the record's S, A and grade). Where BCIT's
-routing gives a plain historical Validate and the prior-only model authorizes it (P(harmful) <= its
-own Learn-then-Test threshold), bcit_predictive trains directly (policies.authorize.bcit_predictive,
+routing gives a plain historical Validate and the prior-only model authorizes it (the same rule,
+with its own Learn-then-Test threshold), bcit_predictive trains directly (policies.authorize.bcit_predictive,
 rule `bcit_predictive.prior_skip`): the evidence suffices to skip the trial. `prior_decision` is
 that reading; a model file without the prior (fitted before it existed), or whose prior-only
 threshold is None (it authorizes nothing, as on v4), never skips and leaves the decision as BCIT's.
@@ -61,8 +62,18 @@ def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, f
     top = top_contributions(d)
     if recorded == "fail":
         return "fail", "go/no-go: the trial's own verdict is Fail (a guardrail fired), kept", top
+    return ("pass" if d.go else "fail"), f"go/no-go: {reading(model, d)}", top
+
+
+def reading(model: GoNoGo, d: GoDecision) -> str:
+    """A decision's numbers against the model's rule, for a reason: which bound holds or fails."""
     bound = "none chosen: authorizes nothing" if d.threshold is None else f"{d.threshold:g}"
-    shown = ", ".join(f"{name} {value:+.2f}" for name, value in top[:3])
-    return ("pass" if d.go else "fail"), (
-        f"go/no-go: P(harmful) {d.p_harmful:.3f} {'<=' if d.go else 'above'} threshold {bound} -> "
-        f"{'go' if d.go else 'no-go'} (P(beneficial) {d.p_beneficial:.3f}; top: {shown})"), top
+    harm_ok = d.threshold is not None and d.p_harmful <= d.threshold
+    shown = ", ".join(f"{name} {value:+.2f}" for name, value in top_contributions(d)[:3])
+    if model.beneficial_floor is None:
+        ben = f"P(beneficial) {d.p_beneficial:.3f}"
+    else:
+        ben = (f"P(beneficial) {d.p_beneficial:.3f} {'>=' if d.p_beneficial >= model.beneficial_floor else 'below'} "
+               f"floor {model.beneficial_floor:g}")
+    return (f"P(harmful) {d.p_harmful:.3f} {'<=' if harm_ok else 'above'} threshold {bound}, {ben} -> "
+            f"{'go' if d.go else 'no-go'} (top: {shown})")

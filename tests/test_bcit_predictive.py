@@ -45,8 +45,9 @@ def _decision(model, curve):
     return gonogo.decide(model, gonogo_features.probe_features(trial_curve(curve), CARD, record)), features
 
 
-def _with_threshold(model, t):
-    return model.model_copy(update={"threshold": model.threshold.model_copy(update={"threshold": t})})
+def _with_threshold(model, t, floor=None):
+    return model.model_copy(update={"threshold": model.threshold.model_copy(update={"threshold": t}),
+                                    "beneficial_floor": floor})
 
 
 # --- routing ---------------------------------------------------------------------------------------
@@ -70,6 +71,18 @@ def test_the_verdict_follows_the_models_threshold(model):
     assert label == "fail" and f"P(harmful) {d.p_harmful:.3f} above threshold" in why
     assert verdict(below, "inconclusive", FALLING, CARD, features)[0] == "pass"  # the model decides, no lease
     assert verdict(_with_threshold(model, None), "pass", RISING, CARD, features)[0] == "fail"  # authorizes nothing
+
+
+def test_the_floor_on_p_beneficial_stops_a_go_the_threshold_allows(model):
+    d, features = _decision(model, FALLING)
+    assert model.beneficial_floor == gonogo.BENEFICIAL_FLOOR and not d.go and d.p_beneficial < 0.5
+    just_under, just_over = math.floor(d.p_beneficial * 1000) / 1000, math.ceil(d.p_beneficial * 1000) / 1000
+    label, why, _ = verdict(_with_threshold(model, 0.99, just_over), "pass", FALLING, CARD, features)
+    assert label == "fail" and f"P(beneficial) {d.p_beneficial:.3f} below floor {just_over:g}" in why
+    assert f"P(harmful) {d.p_harmful:.3f} <= threshold 0.99" in why
+    assert verdict(_with_threshold(model, 0.99, just_under), "pass", FALLING, CARD, features)[0] == "pass"
+    # the floor never lets through what the threshold stops
+    assert verdict(_with_threshold(model, None, 0.0), "pass", RISING, CARD, features)[0] == "fail"
 
 
 def test_the_fixture_model_stops_a_falling_trial_and_lets_a_rising_one_go(model):

@@ -154,6 +154,39 @@ def test_no_threshold_when_the_bound_cannot_be_met():
         ltt.choose_threshold([0.1], [False], alpha=0.0, delta=0.1)
 
 
+def test_the_floor_check_counts_what_the_whole_rule_authorizes_on_the_calibration_runs():
+    runs = _runs(n_cards=24, seeds=2, rng_seed=3)
+    model = gonogo.fit(runs[:24], alpha=0.3, delta=0.2, calibration=runs[24:], band=MIN_EFFECT_PP,
+                       ifeval_drop_pp=IFEVAL_DROP_PP)
+    assert model.beneficial_floor == gonogo.BENEFICIAL_FLOOR == 0.5 and model.threshold.threshold is not None
+    x = gonogo_features.matrix(runs[24:], None, model.footing)
+    p_ben, p_harm = gonogo.predict(model, x)
+    harmful = [r.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "harmful" for r in runs[24:]]
+    go = (p_harm <= model.threshold.threshold) & (p_ben >= 0.5)
+    n, k = int(go.sum()), int((go & np.array(harmful)).sum())
+    assert 0 < n < model.threshold.authorized  # the floor narrowed what the threshold alone authorized
+    assert (model.floor_check.authorized, model.floor_check.harmful) == (n, k)
+    assert model.floor_check.upper_bound == clopper_pearson(k, n, 1 - 2 * 0.2)[1]
+    # every decision is the same rule
+    assert [gonogo.decide(model, dict(zip(gonogo_features.FEATURE_NAMES, row))).go for row in x] == list(go)
+
+
+def test_without_the_floor_a_model_decides_on_p_harmful_alone_as_models_stored_before_it():
+    runs = _runs(n_cards=24, seeds=2, rng_seed=3)
+    plain = gonogo.fit(runs, alpha=0.3, delta=0.2, band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP,
+                       beneficial_floor=None)
+    assert plain.beneficial_floor is None and plain.floor_check is None
+    stored = json.loads(gonogo.dumps(plain))
+    for key in ("beneficial_floor", "floor_check"):  # a file written before the floor existed
+        del stored[key]
+    old = gonogo.loads(json.dumps(stored))
+    x = gonogo_features.matrix(runs, None, old.footing)
+    p_harm = gonogo.predict(old, x)[1]
+    assert [gonogo.decide(old, dict(zip(gonogo_features.FEATURE_NAMES, row))).go for row in x] == list(
+        p_harm <= old.threshold.threshold)
+    assert gonogo.refit(old, [], [], library_version=None).beneficial_floor is None  # a refit keeps its rule
+
+
 # --- held-out evaluation -----------------------------------------------------------------------------
 
 

@@ -145,8 +145,11 @@ def cmd_gonogo(args) -> int:
     else:
         print(markdown(result), end="")
         if model is not None:  # the thresholds the written model freezes, fitted on every run
+            check = model.floor_check
             print(f"\n{args.model}: threshold {model.threshold.threshold} on P(harmful) "
-                  f"({model.threshold.authorized} of {model.n_train} cross-fitted runs authorized); prior-only "
+                  f"({model.threshold.authorized} of {model.n_train} cross-fitted runs authorized"
+                  + (f"; with the floor {model.beneficial_floor} on P(beneficial), {check.authorized}, "
+                     f"{check.harmful} of them harmful" if check is not None else "") + "); prior-only "
                   f"threshold {model.prior.threshold.threshold} ({model.prior.threshold.authorized} authorized: "
                   f"{'bcit_predictive may skip trials' if model.prior.threshold.threshold is not None else 'it never skips a trial'}).")
     return 0

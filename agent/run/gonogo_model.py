@@ -85,7 +85,8 @@ def read_model(cfg: RunConfig, bank: Bank | None = None, version: int | None = N
                             delta=m.delta, n_train=m.n_train, library_version=m.library_version,
                             sklearn_version=m.sklearn_version, footing=m.footing,
                             footing_warning=CONTROL_FOOTING_WARNING if m.footing == "control" else None,
-                            prior_threshold=m.prior.threshold.threshold if m.prior is not None else None)
+                            prior_threshold=m.prior.threshold.threshold if m.prior is not None else None,
+                            beneficial_floor=m.beneficial_floor)
 
 
 def freeze_copy(rundir: RunDir, text: str) -> None:

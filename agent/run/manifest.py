@@ -74,7 +74,7 @@ class GoNoGoInfo(Frozen):
     feature_names: tuple[str, ...]
     """Its features, in order."""
     threshold: float | None
-    """Go iff P(harmful) <= threshold (Learn-then-Test); None: it authorizes nothing."""
+    """Go iff P(harmful) <= threshold (Learn-then-Test; and beneficial_floor); None: it authorizes nothing."""
     alpha: float
     """Harmful among authorized the threshold bounds."""
     delta: float
@@ -95,6 +95,9 @@ class GoNoGoInfo(Frozen):
     """The prior-only head's threshold (GoNoGo.prior): a plain historical Validate whose prior-only
     P(harmful) is at or under it skips its trial; None: it never skips (no threshold passed, or a
     model fitted before the head existed)."""
+    beneficial_floor: float | None = None
+    """A go also needs P(beneficial) at least this (policies.gonogo.authorizes), on both heads; None:
+    a model fitted before the floor existed, deciding on P(harmful) alone."""
 
 
 class ExtrapolationInfo(Frozen):

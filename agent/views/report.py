@@ -62,9 +62,12 @@ def gonogo_rows(events: list[Event]) -> list[list[Any]]:
 
 def skip_rows(events: list[Event]) -> list[list[Any]]:
     """Every trial bcit_predictive skipped: the prior-only go/no-go's P(harmful) against its threshold
-    (the decision's numbers) and its largest contributions."""
+    and its P(beneficial) (absent from decisions of models without the floor; the decision's numbers),
+    and its largest contributions."""
     return [[e.seq, e.candidate_id, round(e.decision.numbers["prior_p_harmful"], 3),
-             e.decision.numbers["prior_threshold"], e.outcome,
+             e.decision.numbers["prior_threshold"],
+             round(e.decision.numbers["prior_p_beneficial"], 3) if "prior_p_beneficial" in e.decision.numbers else "",
+             e.outcome,
              "; ".join(f"{name} {value:+.2f}" for name, value in e.prior_contributions)]
             for e in events if e.prior_contributions]
 
@@ -245,9 +248,11 @@ def _gonogo_sections(rd: RunDir, manifest: Manifest, events: list[Event], inputs
     if skipped := skip_rows(events):
         out.append(Section("Go/no-go: trials skipped on the evidence (bcit_predictive)", [
             "The frozen model's prior-only head read each candidate's card and record before any trial; where "
-            "its P(harmful) was at or under its own Learn-then-Test threshold the candidate trained without a "
+            "its P(harmful) was at or under its own Learn-then-Test threshold (and, where the model has the "
+            "floor, its P(beneficial) at least the floor) the candidate trained without a "
             "trial (rule bcit_predictive.prior_skip). Contributions as above, of the prior-only head.",
-            Table(["seq", "candidate", "prior P(harmful)", "threshold", "outcome", "contributions"], skipped,
+            Table(["seq", "candidate", "prior P(harmful)", "threshold", "prior P(beneficial)", "outcome",
+                   "contributions"], skipped,
                   id="gonogo-skip")]))
     if inputs.gonogo_refit is not None:
         out.append(_refit_section(inputs.gonogo_refit))
