@@ -357,14 +357,14 @@ def _ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
         ledger = p / DECISIONS_FILE
         if not ledger.is_file():
             raise BadInput(f"{p} has no decisions.jsonl: pass an episode directory or a ledger file")
-        return ledger, _outcomes_at(p / OUTCOMES_FILE)
+        return ledger, outcomes_at(p / OUTCOMES_FILE)
     if not p.is_file():
         raise BadInput(f"no ledger at {p}: pass an episode directory or a decisions.jsonl file")
     sibling = p.with_name(OUTCOMES_FILE)
-    return p, _outcomes_at(sibling) if sibling != p else None
+    return p, outcomes_at(sibling) if sibling != p else None
 
 
-def _outcomes_at(path: Path) -> Path | None:
+def outcomes_at(path: Path) -> Path | None:
     """The outcomes file beside a ledger (None: the run has none yet); a folder of its name is refused,
     not read as no outcomes."""
     if path.exists() and not path.is_file():

@@ -25,7 +25,7 @@ from experience_bank.errors import BadInput
 from experience_bank.families import FAMILIES
 from experience_bank.hashing import content_hash
 from policies import stats
-from policies.audit import DECISIONS_FILE, OUTCOMES_FILE, Cell, OutcomeCell, audit, read_outcomes, score_policies
+from policies.audit import DECISIONS_FILE, OUTCOMES_FILE, Cell, OutcomeCell, audit, outcomes_at, read_outcomes, score_policies
 from policies.authorize import PolicyConfig
 from policies.outcomes import UNCERTAIN, direction, outcome_class, retention_safe
 from policies.features import features_from_row
@@ -160,7 +160,7 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
     if not rep["ok"]:
         out["missing"].append("all diagnostics: the decision ledger does not verify")
         return out
-    cells = _run_outcomes(run)
+    cells = list(read_outcomes(outcomes_at(run / OUTCOMES_FILE)).values())
     full = [c for c in cells if {"target", "ifeval_p", "ifeval_i"} <= set(c.full)]
     if not full:
         out["missing"].append("retrospective: no full-run effects recorded")
@@ -183,13 +183,6 @@ def replay_run(run_dir: str | Path, band: float = 0.5) -> dict:
                               f"never run, {cov['trial_only']} ran only a trial); `agent retrospective --execute` "
                               "runs every candidate to the end")
     return out
-
-
-def _run_outcomes(run: Path) -> list[OutcomeCell]:
-    path = run / OUTCOMES_FILE
-    if not path.exists():  # a folder of its name is refused by the reader, not read as none
-        return []
-    return list(read_outcomes(path).values())
 
 
 # --- report.md and figures ----------------------------------------------------------------
