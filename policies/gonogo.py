@@ -245,6 +245,13 @@ def out_of_group(x: np.ndarray, labels: Sequence[str], groups: Sequence[str], C:
     return p_ben, p_harm
 
 
+def defers(model: GoNoGo) -> bool:
+    """The model certified no threshold (no P(harmful) bound passed Learn-then-Test on its calibration
+    runs), so it has no say: bcit_predictive acts on the trial's own verdict, as bcit does
+    (policies.predictive.verdict), and the held-out evaluation scores the trial's pass for it."""
+    return model.threshold.threshold is None
+
+
 def authorizes(p_beneficial: float, p_harmful: float, threshold: float | None, beneficial_floor: float | None) -> bool:
     """The go/no-go's rule, the one place it is written (deciding, and choosing the threshold, read it):
     go iff P(harmful) <= threshold (never, where there is none) and P(beneficial) >= the floor (where the

@@ -9,7 +9,9 @@ reads the curves on the one footing of all the runs (policies.curves.footing_of)
 Rules compared on the same held-out runs, each with accuracy, precision, recall and harmful
 among authorized, every rate with its 95 % Clopper-Pearson interval:
 - `gonogo`: the fold model's rule (gonogo.authorizes: P(beneficial) at least its floor and
-  P(harmful) at most its Learn-then-Test threshold);
+  P(harmful) at most its Learn-then-Test threshold); where the fold's model certified no threshold
+  (gonogo.defers), the `deferral` rule's go (the trial's own pass, what bcit_predictive then acts
+  on), or no go where none is given;
 - `p_harmful<0.5` and `p_beneficial>=0.5`: the same models at a fixed, uncalibrated 0.5 (how
   well they rank, apart from what the alpha bound allows);
 - each of `baselines` (by name): an existing rule that learns nothing, e.g. the 20 % trial's pass,
@@ -91,6 +93,8 @@ class HeldOut(Frozen):
     """The prior-only head's held-out P(harmful)."""
     prior_go: bool = False
     """The prior-only head authorizes it: bcit_predictive would skip its trial."""
+    deferred: bool = False
+    """Its fold's model certified no threshold: the `gonogo` rule's go is the deferral rule's."""
     baseline_go: dict[str, bool]
     """Each baseline's go, by name."""
 
@@ -112,6 +116,8 @@ class Evaluation(Frozen):
     """What every fold's curve features were read against."""
     footing_note: str | None = None
     """Why not the loop's footing (None: it is)."""
+    deferral: str | None = None
+    """The name of the rule `gonogo` defers to where a fold certified no threshold (None: no go there)."""
 
 
 def rate(k: int, n: int) -> Rate:
@@ -149,7 +155,8 @@ def markdown(e: Evaluation) -> str:
               f"{text(f.harmful_among_authorized)} |" for name, f in e.rules.items()]
     thresholds = [f.threshold for f in e.folds]
     lines += ["", f"Fold thresholds on P(harmful): {sum(t is None for t in thresholds)} of {len(thresholds)} folds "
-              f"authorize nothing (no threshold passed the bound); the others: "
+              f"certify none (no threshold passed the bound; there `gonogo` is the deferral rule, "
+              f"{e.deferral or 'none: no go'}); the others: "
               f"{sorted(t for t in thresholds if t is not None) or 'none'}. Any threshold needs at least "
               f"{ltt.min_authorized(e.alpha, e.delta)} authorized calibration runs, none of them harmful, "
               f"to pass at this alpha and delta."]
@@ -169,15 +176,18 @@ def markdown(e: Evaluation) -> str:
 def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | None = None, *, alpha: float,
              delta: float = 0.1, band: float, ifeval_drop_pp: float, C: float = gonogo.DEFAULT_C,
              baselines: Mapping[str, Baseline] | None = None,
-             fold_baselines: Mapping[str, FoldBaseline] | None = None) -> Evaluation:
-    """Leave-one-group-out go/no-go figures of the model and of each baseline on the same runs."""
+             fold_baselines: Mapping[str, FoldBaseline] | None = None, deferral: str | None = None) -> Evaluation:
+    """Leave-one-group-out go/no-go figures of the model and of each baseline on the same runs;
+    `deferral`: the name of the baseline whose go counts where a fold's model defers (gonogo.defers)."""
     ltt.check_levels(alpha, delta)
+    if deferral is not None and deferral not in (baselines or {}):
+        raise BadInput(f"the deferral rule {deferral!r} is not among the baselines: name one of {sorted(baselines or {})}")
     grouping, groups = gonogo.groups_of(runs)
     if len(set(groups)) < gonogo.MIN_GROUPS:
         raise BadInput(f"held-out evaluation needs at least {gonogo.MIN_GROUPS} {grouping}s, got {len(set(groups))}: "
                        "pass more retrospective cells or worlds")
     footing, note = footing_of(runs)
-    folds, held, held_prior = [], {}, {}
+    folds, held, held_prior, deferred = [], {}, {}, set()
     fold_go: dict[str, dict[int, bool]] = {name: {} for name in fold_baselines or {}}
     for g in dict.fromkeys(groups):
         train = [r for r, gr in zip(runs, groups) if gr != g]
@@ -188,6 +198,8 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         for i, row in zip(test, x):
             held[i] = gonogo.decide(model, dict(zip(gonogo_features.FEATURE_NAMES, row)))
             held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo_features.FEATURE_NAMES, row)))
+        if gonogo.defers(model):
+            deferred.update(test)
         for name, make in (fold_baselines or {}).items():
             rule = make(train)
             fold_go[name] |= {i: rule(runs[i]) for i in test}
@@ -199,7 +211,8 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
     p_harm = [held[i].p_harmful for i in range(len(runs))]
     base = {name: [rule(r) for r in runs] for name, rule in (baselines or {}).items()}
     base |= {name: [go[i] for i in range(len(runs))] for name, go in fold_go.items()}
-    rules = {"gonogo": figures([held[i].go for i in range(len(runs))], outcome),
+    go = [(deferral is not None and base[deferral][i]) if i in deferred else held[i].go for i in range(len(runs))]
+    rules = {"gonogo": figures(go, outcome),
              "p_harmful<0.5": figures([p < 0.5 for p in p_harm], outcome),
              "p_beneficial>=0.5": figures([p >= 0.5 for p in p_ben], outcome),
              "none": figures([False] * len(runs), outcome),
@@ -214,8 +227,8 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         alpha=alpha, delta=delta, rules=rules,
         auc_harmful=float(roc_auc_score(harm, p_harm)) if two_classes else None,
         auc_harmful_prior=float(roc_auc_score(harm, p_harm_prior)) if two_classes else None,
-        folds=tuple(folds), footing=footing, footing_note=note,
+        folds=tuple(folds), footing=footing, footing_note=note, deferral=deferral,
         runs=tuple(HeldOut(card_id=r.card_id, seed=r.seed, world_seed=r.world_seed, outcome=o, p_beneficial=held[i].p_beneficial,
-                           p_harmful=held[i].p_harmful, go=held[i].go, prior_p_harmful=held_prior[i].p_harmful,
-                           prior_go=held_prior[i].go, baseline_go={name: go[i] for name, go in base.items()})
+                           p_harmful=held[i].p_harmful, go=go[i], prior_p_harmful=held_prior[i].p_harmful,
+                           prior_go=held_prior[i].go, deferred=i in deferred, baseline_go={name: go[i] for name, go in base.items()})
                    for i, (r, o) in enumerate(zip(runs, outcome))))

@@ -11,8 +11,15 @@ target fell by the fail margin, a retention metric fell past its bound, a hard f
 training sanity check: trainers.trial.verdict), and a model fitted on a few dozen paired runs
 is no reason to override one. Otherwise (Pass or Inconclusive) the model decides: Pass iff it
 authorizes the full run (policies.gonogo.authorizes: P(beneficial) at least its floor and P(harmful)
-at most its frozen Learn-then-Test threshold), else Fail.
-So the rule never returns Inconclusive and never spends the fallback lease.
+at most its frozen Learn-then-Test threshold), else Fail. So where the model decides, the rule never
+returns Inconclusive and never spends the fallback lease.
+
+A model that certified no threshold (policies.gonogo.defers: no P(harmful) bound passed on its
+calibration runs) has no say: the trial's own verdict stands, Inconclusive and its lease included,
+so the policy is bcit there. Before stop 54 such a model failed every trial, which made the policy
+"reject everything after the trial" on any world whose fold certified nothing (world 1 of v7):
+the degenerate policy the method is built to avoid, where bcit's own trial rule had the better
+held-out record (docs/results/gonogo-v7b-w012.md).
 
 Skip (before the trial): the model carries a prior-only go/no-go (GoNoGo.prior), fitted the same
 way on what is known before a trial (the card's facts, the record's S, A and grade). Where BCIT's
@@ -35,7 +42,7 @@ from collections.abc import Mapping
 from experience_bank.records import Features
 from policies.authorize import Verdict
 from policies.curves import CardFacts, trial_curve
-from policies.gonogo import GoDecision, GoNoGo, decide, top_contributions
+from policies.gonogo import GoDecision, GoNoGo, decide, defers, top_contributions
 from policies.gonogo_features import prior_features, probe_features
 
 
@@ -62,6 +69,9 @@ def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, f
     top = top_contributions(d)
     if recorded == "fail":
         return "fail", "go/no-go: the trial's own verdict is Fail (a guardrail fired), kept", top
+    if defers(model):
+        return recorded, (f"go/no-go: certified no threshold, so the trial's own verdict ({recorded}) stands "
+                          f"(P(harmful) {d.p_harmful:.3f}, P(beneficial) {d.p_beneficial:.3f})"), top
     return ("pass" if d.go else "fail"), f"go/no-go: {reading(model, d)}", top
 
 

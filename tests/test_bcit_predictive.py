@@ -70,7 +70,21 @@ def test_the_verdict_follows_the_models_threshold(model):
     label, why, _ = verdict(above, "pass", FALLING, CARD, features)
     assert label == "fail" and f"P(harmful) {d.p_harmful:.3f} above threshold" in why
     assert verdict(below, "inconclusive", FALLING, CARD, features)[0] == "pass"  # the model decides, no lease
-    assert verdict(_with_threshold(model, None), "pass", RISING, CARD, features)[0] == "fail"  # authorizes nothing
+
+
+
+def test_a_model_that_certified_no_threshold_has_no_say_the_trials_own_verdict_stands(model):
+    # before stop 54 it failed every trial: bcit_predictive was "reject everything" on such a world
+    d, features = _decision(model, RISING)
+    deferring = _with_threshold(model, None, gonogo.BENEFICIAL_FLOOR)
+    assert gonogo.defers(deferring) and not gonogo.defers(model)
+    for own in ("pass", "inconclusive", "fail"):
+        label, why, top = verdict(deferring, own, RISING, CARD, features)
+        assert label == own and top == gonogo.top_contributions(d)
+    assert verdict(deferring, "fail", RISING, CARD, features)[1].endswith("(a guardrail fired), kept")
+    why = verdict(deferring, "inconclusive", RISING, CARD, features)[1]
+    assert why == (f"go/no-go: certified no threshold, so the trial's own verdict (inconclusive) stands "
+                   f"(P(harmful) {d.p_harmful:.3f}, P(beneficial) {d.p_beneficial:.3f})")
 
 
 def test_the_floor_on_p_beneficial_stops_a_go_the_threshold_allows(model):
@@ -82,7 +96,9 @@ def test_the_floor_on_p_beneficial_stops_a_go_the_threshold_allows(model):
     assert f"P(harmful) {d.p_harmful:.3f} <= threshold 0.99" in why
     assert verdict(_with_threshold(model, 0.99, just_under), "pass", FALLING, CARD, features)[0] == "pass"
     # the floor never lets through what the threshold stops
-    assert verdict(_with_threshold(model, None, 0.0), "pass", RISING, CARD, features)[0] == "fail"
+    r, features_r = _decision(model, RISING)
+    stops = _with_threshold(model, math.floor(r.p_harmful * 1000) / 1000 - 0.001, 0.0)
+    assert verdict(stops, "pass", RISING, CARD, features_r)[0] == "fail"
 
 
 def test_the_fixture_model_stops_a_falling_trial_and_lets_a_rising_one_go(model):

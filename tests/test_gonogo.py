@@ -187,6 +187,19 @@ def test_without_the_floor_a_model_decides_on_p_harmful_alone_as_models_stored_b
     assert gonogo.refit(old, [], [], library_version=None).beneficial_floor is None  # a refit keeps its rule
 
 
+def test_where_a_fold_certifies_no_threshold_the_evaluation_scores_the_deferral_rule():
+    runs = _runs(n_cards=6, seeds=2, worlds=3, rng_seed=5)  # 8 training runs a fold: under min_authorized
+    rule = dict(alpha=0.1, delta=0.1, band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP)
+    rising = {"rising": lambda r: r.curve[-1].target_pp > 0}
+    e = evaluate(runs, baselines=rising, deferral="rising", **rule)
+    assert all(f.threshold is None for f in e.folds) and all(r.deferred for r in e.runs)
+    assert e.rules["gonogo"] == e.rules["rising"] and e.rules["gonogo"].go > 0 and e.deferral == "rising"
+    assert [r.go for r in e.runs] == [r.curve[-1].target_pp > 0 for r in runs]
+    assert evaluate(runs, baselines=rising, **rule).rules["gonogo"].go == 0  # no deferral: no go
+    with pytest.raises(BadInput, match="not among the baselines"):
+        evaluate(runs, baselines=rising, deferral="trial pass @0.20", **rule)
+
+
 # --- held-out evaluation -----------------------------------------------------------------------------
 
 
@@ -235,8 +248,12 @@ def test_the_cli_prints_what_evaluate_computes(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     cells = json.loads(path.read_text())["cells"]
     runs = [paired_run(c, world_seed=0) for c in cells]
-    want = evaluate(runs, alpha=0.2, delta=0.1, baselines={"trial pass @0.20": lambda r: False}, **RULE)
-    assert out["rules"]["gonogo"] == want.rules["gonogo"].model_dump(mode="json")
+    trial = {c["id"]: c["trial_verdict"] == "pass" for c in cells}
+    want = evaluate(runs, alpha=0.2, delta=0.1, baselines={"trial pass @0.20": lambda r: trial[r.card_id]},
+                    deferral="trial pass @0.20", **RULE)
+    # 8 runs: no fold certifies a threshold, so the go/no-go's go is the trial's own pass, as in a loop
+    assert all(r.deferred for r in want.runs) and out["deferral"] == "trial pass @0.20"
+    assert out["rules"]["gonogo"] == want.rules["gonogo"].model_dump(mode="json") == out["rules"]["trial pass @0.20"]
     assert [r["p_harmful"] for r in out["runs"]] == [r.p_harmful for r in want.runs]
     # the baseline is the trial verdict each cell recorded (trainers.trial.verdict, its one owner)
     assert [r["baseline_go"]["trial pass @0.20"] for r in out["runs"]] == [c["trial_verdict"] == "pass" for c in cells]

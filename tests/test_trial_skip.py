@@ -124,6 +124,22 @@ def test_the_skip_fires_exactly_where_the_prior_head_authorizes(model):
     assert nothing == authorize(f, "bcit_predictive", EpisodeState(), CFG) and nothing.numbers == bcit.numbers
 
 
+def test_the_skip_needs_p_beneficial_at_the_floor_and_records_it(model):
+    f = features_from_row(ROW)
+    d = prior_decision(model, CARD, f)
+    at = _with_prior_threshold(model, 0.99)
+    above, below = (at.model_copy(update={"prior": at.prior.model_copy(update={"beneficial_floor": floor})})
+                    for floor in (d.p_beneficial + 1e-6, d.p_beneficial - 1e-6))
+    kept, _ = _route(above)
+    assert (kept.action, kept.rule) == ("validate", "bcit_predictive.validate")
+    assert kept.numbers["prior_p_beneficial"] == d.p_beneficial
+    skip, _ = _route(below)
+    assert (skip.action, skip.rule) == ("train", SKIP_RULE)
+    # a prior without the floor (a model stored before it) keeps the numbers it had: its decisions hash as before
+    plain, _ = _route(at.model_copy(update={"prior": at.prior.model_copy(update={"beneficial_floor": None})}))
+    assert "prior_p_beneficial" not in plain.numbers and plain.rule == SKIP_RULE
+
+
 @pytest.mark.parametrize("change, action, rule", [
     ({"H": 1}, "reject", "bcit_predictive.hard_conflict"),                  # the veto stands
     ({"delta_src": 0.0}, "reject", "bcit_predictive.below_tau_l"),          # below tau_l
@@ -217,7 +233,8 @@ def test_the_authorize_command_skips_as_the_loop_does_with_the_model(tmp_path, c
     with Bank.init(tmp_path / "bank.sqlite") as bank:
         bank.import_records(records, library_note="skip")
     (tmp_path / "ctx.json").write_text(_context())
-    path = write_skip_model(tmp_path / "m.json", prior_threshold=0.9)
+    # the skip itself, on P(harmful) alone: these records' prior P(beneficial) is under the floor
+    path = write_skip_model(tmp_path / "m.json", prior_threshold=0.9, prior_floor=None)
     code, plain = _authorize_cli(tmp_path, capsys)
     assert code == 0 and [r["rule"] for r in plain] == ["bcit_predictive.validate", "bcit_predictive.below_tau_l",
                                                         "bcit_predictive.validate"]

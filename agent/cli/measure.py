@@ -130,13 +130,13 @@ def _register_gonogo(sub) -> None:
 def cmd_gonogo(args) -> int:
     from policies import gonogo, ltt  # noqa: PLC0415 (scikit-learn)
     from policies.gonogo_eval import evaluate, markdown  # noqa: PLC0415 (scikit-learn)
-    from agent.experiments.gonogo_baselines import baselines  # noqa: PLC0415 (torch, through the trial's verdict)
+    from agent.experiments.gonogo_baselines import TRIAL, baselines  # noqa: PLC0415 (torch, through the trial's verdict)
 
     ltt.check_levels(args.alpha, args.delta)
     runs, records = gonogo_inputs([Path(s) for s in args.sources])
     rule = gonogo_rule(args.alpha, args.delta)
     plain, per_fold = baselines(runs)
-    result = evaluate(runs, records, baselines=plain, fold_baselines=per_fold, **rule)
+    result = evaluate(runs, records, baselines=plain, fold_baselines=per_fold, deferral=TRIAL, **rule)
     model = gonogo.fit(runs, records, **rule) if args.model else None
     if model is not None:
         write_atomic(Path(args.model), gonogo.dumps(model))

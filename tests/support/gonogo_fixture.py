@@ -70,12 +70,18 @@ def skip_model(alpha: float = 0.2, delta: float = 0.2) -> gonogo.GoNoGo:
     return gonogo.fit(synthetic_runs(), synthetic_records(), alpha=alpha, delta=delta, **RULE)
 
 
-def write_skip_model(path: Path, prior_threshold: float | None = None, **kw) -> Path:
+AS_FITTED = object()
+
+
+def write_skip_model(path: Path, prior_threshold: float | None = None, prior_floor=AS_FITTED, **kw) -> Path:
     """skip_model's JSON file; `prior_threshold` replaces its prior-only threshold (0.9 as fitted, which
-    lets nearly every candidate skip; 0.5 keeps grade C's trials and skips grade A's and B's)."""
+    lets nearly every candidate skip; 0.5 keeps grade C's trials and skips grade A's and B's), and
+    `prior_floor` its prior-only floor on P(beneficial) (None: P(harmful) alone, as before the floor)."""
     model = skip_model(**kw)
     if prior_threshold is not None:
         cut = model.prior.threshold.model_copy(update={"threshold": prior_threshold})
         model = model.model_copy(update={"prior": model.prior.model_copy(update={"threshold": cut})})
+    if prior_floor is not AS_FITTED:
+        model = model.model_copy(update={"prior": model.prior.model_copy(update={"beneficial_floor": prior_floor})})
     path.write_text(gonogo.dumps(model), encoding="utf-8")
     return path
