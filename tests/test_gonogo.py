@@ -261,6 +261,22 @@ def test_the_cli_prints_what_evaluate_computes(tmp_path, capsys):
     assert model.training_hash == gonogo.training_hash(runs) and model.n_train == 8
 
 
+def test_the_cli_says_what_the_written_model_will_do(tmp_path, capsys):
+    from agent.cli.measure import _model_summary
+    from support.gonogo_fixture import fitted_model
+    path = _doc(tmp_path)  # 8 runs: no threshold can be certified
+    assert main(["gonogo", str(path), "--alpha", "0.2", "--model", str(tmp_path / "m.json")]) == 0
+    written = gonogo.loads((tmp_path / "m.json").read_text())
+    assert gonogo.defers(written)
+    assert (f"m.json: certifies no threshold on P(harmful) (none passed on 8 cross-fitted runs): bcit_predictive "
+            "acts on each trial's own verdict, as bcit does; prior-only threshold None") in capsys.readouterr().out
+    model = fitted_model()
+    c = model.floor_check
+    assert _model_summary(model).startswith(
+        f"threshold {model.threshold.threshold} on P(harmful) ({model.threshold.authorized} of 36 cross-fitted runs "
+        f"authorized; with the floor 0.5 on P(beneficial), {c.authorized}, {c.harmful} of them harmful)")
+
+
 @pytest.mark.parametrize("args, message", [
     (["missing-dir"], "not found"),
     (["{doc}", "--alpha", "1.5"], "must lie in"),

@@ -127,6 +127,24 @@ def _register_gonogo(sub) -> None:
     g.set_defaults(func=cmd_gonogo)
 
 
+def _model_summary(model) -> str:
+    """What a fitted go/no-go will do in bcit_predictive: its thresholds and floor, or that it defers."""
+    from policies import gonogo  # noqa: PLC0415 (scikit-learn)
+
+    if gonogo.defers(model):
+        own = (f"certifies no threshold on P(harmful) (none passed on {model.threshold.n_calibration} cross-fitted "
+               "runs): bcit_predictive acts on each trial's own verdict, as bcit does")
+    else:
+        check = model.floor_check
+        own = (f"threshold {model.threshold.threshold} on P(harmful) ({model.threshold.authorized} of "
+               f"{model.n_train} cross-fitted runs authorized"
+               + (f"; with the floor {model.beneficial_floor} on P(beneficial), {check.authorized}, {check.harmful} "
+                  "of them harmful" if check is not None else "") + ")")
+    prior = model.prior.threshold.threshold
+    return (f"{own}; prior-only threshold {prior} ({model.prior.threshold.authorized} authorized: "
+            f"{'bcit_predictive may skip trials' if prior is not None else 'it never skips a trial'}).")
+
+
 def cmd_gonogo(args) -> int:
     from policies import gonogo, ltt  # noqa: PLC0415 (scikit-learn)
     from policies.gonogo_eval import evaluate, markdown  # noqa: PLC0415 (scikit-learn)
@@ -145,13 +163,7 @@ def cmd_gonogo(args) -> int:
     else:
         print(markdown(result), end="")
         if model is not None:  # the thresholds the written model freezes, fitted on every run
-            check = model.floor_check
-            print(f"\n{args.model}: threshold {model.threshold.threshold} on P(harmful) "
-                  f"({model.threshold.authorized} of {model.n_train} cross-fitted runs authorized"
-                  + (f"; with the floor {model.beneficial_floor} on P(beneficial), {check.authorized}, "
-                     f"{check.harmful} of them harmful" if check is not None else "") + "); prior-only "
-                  f"threshold {model.prior.threshold.threshold} ({model.prior.threshold.authorized} authorized: "
-                  f"{'bcit_predictive may skip trials' if model.prior.threshold.threshold is not None else 'it never skips a trial'}).")
+            print(f"\n{args.model}: {_model_summary(model)}")
     return 0
 
 
