@@ -268,7 +268,7 @@ def test_the_cli_says_what_the_written_model_will_do(tmp_path, capsys):
     assert main(["gonogo", str(path), "--alpha", "0.2", "--model", str(tmp_path / "m.json")]) == 0
     written = gonogo.loads((tmp_path / "m.json").read_text())
     assert gonogo.defers(written)
-    assert (f"m.json: certifies no threshold on P(harmful) (none passed on 8 cross-fitted runs): bcit_predictive "
+    assert ("m.json: certifies no threshold on P(harmful) (none passed on 8 cross-fitted runs): bcit_predictive "
             "acts on each trial's own verdict, as bcit does; prior-only threshold None") in capsys.readouterr().out
     model = fitted_model()
     c = model.floor_check
