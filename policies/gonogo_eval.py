@@ -77,6 +77,8 @@ class Fold(Frozen):
     """The fold's prior-only threshold (None: it authorizes nothing, never skips)."""
     floor_check: gonogo.FloorCheck | None = None
     """The fold model's whole rule (with its P(beneficial) floor) on its calibration runs."""
+    figures: RuleFigures | None = None
+    """The `gonogo` rule's figures on this fold's held-out runs (the per-world accuracy the issue asks for)."""
 
 
 class HeldOut(Frozen):
@@ -165,6 +167,11 @@ def markdown(e: Evaluation) -> str:
     if checks:
         lines += ["", "With the P(beneficial) floor, harmful among what the fold's rule authorizes on its own calibration "
                   f"runs (measured; the Learn-then-Test bound is the threshold's): {'; '.join(checks)}."]
+    if e.grouping == "world" and all(f.figures is not None for f in e.folds):
+        lines += ["", "The `gonogo` rule per held-out world:", "",
+                  "| held out | go | accuracy | precision (beneficial / go) | harmful / go |", "|---|---|---|---|---|"]
+        lines += [f"| {f.held_out}{' (defers)' if f.threshold is None else ''} | {f.figures.go} | {text(f.figures.accuracy)} | "
+                  f"{text(f.figures.precision)} | {text(f.figures.harmful_among_authorized)} |" for f in e.folds]
     prior = [f.prior_threshold for f in e.folds]
     auc_prior = "undefined (one class)" if e.auc_harmful_prior is None else f"{e.auc_harmful_prior:.3f}"
     lines += ["", f"Prior-only go/no-go (card and record, no curve: whether bcit_predictive may skip the trial): "
@@ -187,7 +194,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         raise BadInput(f"held-out evaluation needs at least {gonogo.MIN_GROUPS} {grouping}s, got {len(set(groups))}: "
                        "pass more retrospective cells or worlds")
     footing, note = footing_of(runs)
-    folds, held, held_prior, deferred = [], {}, {}, set()
+    folds, held, held_prior, deferred, tests = [], {}, {}, set(), []
     fold_go: dict[str, dict[int, bool]] = {name: {} for name in fold_baselines or {}}
     for g in dict.fromkeys(groups):
         train = [r for r, gr in zip(runs, groups) if gr != g]
@@ -200,6 +207,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
             held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo_features.FEATURE_NAMES, row)))
         if gonogo.defers(model):
             deferred.update(test)
+        tests.append(test)
         for name, make in (fold_baselines or {}).items():
             rule = make(train)
             fold_go[name] |= {i: rule(runs[i]) for i in test}
@@ -212,6 +220,8 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
     base = {name: [rule(r) for r in runs] for name, rule in (baselines or {}).items()}
     base |= {name: [go[i] for i in range(len(runs))] for name, go in fold_go.items()}
     go = [(deferral is not None and base[deferral][i]) if i in deferred else held[i].go for i in range(len(runs))]
+    folds = [f.model_copy(update={"figures": figures([go[i] for i in t], [outcome[i] for i in t])})
+             for f, t in zip(folds, tests)]
     rules = {"gonogo": figures(go, outcome),
              "p_harmful<0.5": figures([p < 0.5 for p in p_harm], outcome),
              "p_beneficial>=0.5": figures([p >= 0.5 for p in p_ben], outcome),

@@ -15,7 +15,7 @@ from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
 from experience_bank.errors import BadInput
 from policies import gonogo, gonogo_features, ltt
 from policies.curves import CurvePoint, PairedRun, paired_run
-from policies.gonogo_eval import evaluate
+from policies.gonogo_eval import evaluate, figures, markdown
 from policies.stats import clopper_pearson
 
 DOC = Path(__file__).parents[1] / "docs/results/retrospective-default.json"
@@ -220,6 +220,13 @@ def test_several_worlds_are_held_out_one_world_at_a_time():
     assert e.grouping == "world" and [f.held_out for f in e.folds] == ["world 0", "world 1", "world 2"]
     for fold, w in zip(e.folds, range(3)):
         assert fold.training_hash == gonogo.training_hash([r for r in runs if r.world_seed != w])
+        # the rule's figures on this world's runs alone, and they add up to the pooled ones
+        mine = [h for h in e.runs if h.world_seed == w]
+        assert fold.figures == figures([h.go for h in mine], [h.outcome for h in mine])
+    assert sum(f.figures.accuracy.k for f in e.folds) == e.rules["gonogo"].accuracy.k
+    assert sum(f.figures.go for f in e.folds) == e.rules["gonogo"].go
+    for f in e.folds:
+        assert f"| {f.held_out}{' (defers)' if f.threshold is None else ''} | {f.figures.go} |" in markdown(e)
 
 
 def test_a_held_out_prediction_comes_from_a_model_without_that_card():
