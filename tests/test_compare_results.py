@@ -289,12 +289,15 @@ def test_a_report_reads_the_models_its_results_keep_without_fit_from(tmp_path, f
     results = tmp_path / "results"
     results.mkdir()
     (results / "extrapolation.json").write_text('{"x": 1}')
-    (results / "fitted.json").write_text("{}")
+    (results / "fitted.json").write_text('{"source_world_seeds": [1, 2]}')
     C.compare(tmp_path / "m1", ["good", "meh"], [0], argv_for=argv_for, results=results,
               fit=C.Fit(sources=(), config_world_seed=0))
     report = C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=results, report_only=True)
     assert len(calls()) == 2 and report["policies"]["good"]["n"] == 1
     assert not (tmp_path / "m2" / "extrapolation.json").exists()  # read where it is kept, not copied
+    # and the report names what they were fitted on, from the same place
+    assert json.loads((tmp_path / "m2" / "compare.json").read_text())["meta"]["fitted"] == {"source_world_seeds": [1, 2]}
+    assert "world 0: fitted on world seeds [1, 2]" in (tmp_path / "m2" / "compare.md").read_text()
     (results / "extrapolation.json").write_text('{"x": 2}')  # not the models the episodes ran with
     with pytest.raises(BadInput, match=r"\(models differ\)"):
         C.compare(tmp_path / "m3", ["good", "meh"], [0], argv_for=argv_for, results=results, report_only=True)

@@ -257,6 +257,12 @@ def _plan(out: Path, policies: list[str], seeds: list[int], *, budget: str | Non
         results, _matches(policies, seeds, budget=budget, config=config, world_seed=world_seed, fitted=fitted, code=code)))
 
 
+def _models_dir(plan: _Plan, report_only: bool) -> Path:
+    """Where a world's fitted models are: its results directory for a report (which reads them there and
+    copies nothing into --out), else its --out."""
+    return plan.stored.results if report_only and plan.stored is not None else plan.out
+
+
 def _models(out: Path, report: Path | None, world_seed: int | None, fit: Fit | None, *, gonogo: bool) -> Fitted | None:
     """The models a world's episodes run with: fitted on the other worlds' sources (`fit`), or, for a
     report, those its results directory `report` keeps (the ones its episodes ran with, read where
@@ -294,7 +300,8 @@ def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str 
     summary = summarise(episodes)
     meta = {"policies": policies, "seeds": seeds, "budget": budget, "config": config, "jobs": n_jobs,
             "executor": executor.name, "wall_s": time.monotonic() - start, "world_seed": plan.world_seed,
-            "fitted": fitted_summary(plan.out)} | (_report_meta([plan.stored]) if report_only else {})
+            "fitted": fitted_summary(_models_dir(plan, report_only))} | (
+                _report_meta([plan.stored]) if report_only else {})
     write_outputs(plan.out, summary, episodes, meta)
     if plan.stored:
         CR.publish_table(plan.out, plan.stored.results)
@@ -346,7 +353,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     seeds = sorted({e["seed"] for e in pooled}) if report_only else seeds
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
             "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,
-            "fitted": {str(ws): fitted_summary(world_dir(out, ws)) for ws in world_seeds}} | (
+            "fitted": {str(ws): fitted_summary(_models_dir(plan, report_only)) for ws, plan in zip(world_seeds, plans)}} | (
                 _report_meta([plan.stored for plan in plans]) if report_only else {})
     write_outputs(out, summary, pooled, meta)
     if results:
