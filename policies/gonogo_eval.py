@@ -29,7 +29,7 @@ among authorized, every rate with its 95 % Clopper-Pearson interval:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -180,6 +180,41 @@ def markdown(e: Evaluation) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _HeldOutFits(NamedTuple):
+    """Every fold's fit and its decisions on the runs it held out (indices into the runs)."""
+    folds: list[Fold]
+    tests: list[list[int]]
+    held: dict[int, gonogo.GoDecision]
+    held_prior: dict[int, gonogo.GoDecision]
+    deferred: set[int]
+    fold_go: dict[str, dict[int, bool]]
+
+
+def _fit_folds(runs: Sequence[PairedRun], groups: Sequence, records: Mapping[str, gonogo.Record] | None,
+               fold_baselines: Mapping[str, FoldBaseline], footing: Footing, **fit) -> _HeldOutFits:
+    """Leave one group out at a time: fit the model (and each fold baseline) on the other groups and
+    decide the held-out group's runs with it, on the runs' one footing."""
+    out = _HeldOutFits([], [], {}, {}, set(), {name: {} for name in fold_baselines})
+    for g in dict.fromkeys(groups):
+        train = [r for r, gr in zip(runs, groups) if gr != g]
+        test = [i for i, gr in enumerate(groups) if gr == g]
+        model = gonogo.fit(train, records, footing=footing, **fit)
+        x = gonogo_features.matrix([runs[i] for i in test], records, footing)
+        for i, row in zip(test, x):
+            named = dict(zip(gonogo_features.FEATURE_NAMES, row))
+            out.held[i], out.held_prior[i] = gonogo.decide(model, named), gonogo.decide(model.prior, named)
+        if gonogo.defers(model):
+            out.deferred.update(test)
+        out.tests.append(test)
+        for name, make in fold_baselines.items():
+            rule = make(train)
+            out.fold_go[name] |= {i: rule(runs[i]) for i in test}
+        out.folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
+                              threshold=model.threshold.threshold, prior_threshold=model.prior.threshold.threshold,
+                              floor_check=model.floor_check))
+    return out
+
+
 def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | None = None, *, alpha: float,
              delta: float = 0.1, band: float, ifeval_drop_pp: float, C: float = gonogo.DEFAULT_C,
              baselines: Mapping[str, Baseline] | None = None,
@@ -194,34 +229,17 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         raise BadInput(f"held-out evaluation needs at least {gonogo.MIN_GROUPS} {grouping}s, got {len(set(groups))}: "
                        "pass more retrospective cells or worlds")
     footing, note = footing_of(runs)
-    folds, held, held_prior, deferred, tests = [], {}, {}, set(), []
-    fold_go: dict[str, dict[int, bool]] = {name: {} for name in fold_baselines or {}}
-    for g in dict.fromkeys(groups):
-        train = [r for r, gr in zip(runs, groups) if gr != g]
-        test = [i for i, gr in enumerate(groups) if gr == g]
-        model = gonogo.fit(train, records, alpha=alpha, delta=delta, band=band, ifeval_drop_pp=ifeval_drop_pp, C=C,
-                           footing=footing)
-        x = gonogo_features.matrix([runs[i] for i in test], records, footing)
-        for i, row in zip(test, x):
-            held[i] = gonogo.decide(model, dict(zip(gonogo_features.FEATURE_NAMES, row)))
-            held_prior[i] = gonogo.decide(model.prior, dict(zip(gonogo_features.FEATURE_NAMES, row)))
-        if gonogo.defers(model):
-            deferred.update(test)
-        tests.append(test)
-        for name, make in (fold_baselines or {}).items():
-            rule = make(train)
-            fold_go[name] |= {i: rule(runs[i]) for i in test}
-        folds.append(Fold(held_out=g, n_held_out=len(test), training_hash=model.training_hash,
-                          threshold=model.threshold.threshold, prior_threshold=model.prior.threshold.threshold,
-                          floor_check=model.floor_check))
+    fits = _fit_folds(runs, groups, records, fold_baselines or {}, footing, alpha=alpha, delta=delta, band=band,
+                      ifeval_drop_pp=ifeval_drop_pp, C=C)
+    held, held_prior, deferred = fits.held, fits.held_prior, fits.deferred
     outcome = [r.outcome(band=band, ifeval_drop_pp=ifeval_drop_pp) for r in runs]
     p_ben = [held[i].p_beneficial for i in range(len(runs))]
     p_harm = [held[i].p_harmful for i in range(len(runs))]
     base = {name: [rule(r) for r in runs] for name, rule in (baselines or {}).items()}
-    base |= {name: [go[i] for i in range(len(runs))] for name, go in fold_go.items()}
+    base |= {name: [go[i] for i in range(len(runs))] for name, go in fits.fold_go.items()}
     go = [(deferral is not None and base[deferral][i]) if i in deferred else held[i].go for i in range(len(runs))]
     folds = [f.model_copy(update={"figures": figures([go[i] for i in t], [outcome[i] for i in t])})
-             for f, t in zip(folds, tests)]
+             for f, t in zip(fits.folds, fits.tests)]
     rules = {"gonogo": figures(go, outcome),
              "p_harmful<0.5": figures([p < 0.5 for p in p_harm], outcome),
              "p_beneficial>=0.5": figures([p >= 0.5 for p in p_ben], outcome),

@@ -76,14 +76,15 @@ def verdict(model: GoNoGo, recorded: Verdict, curve: Mapping[str, Mapping[str, f
 
 
 def reading(model: GoNoGo, d: GoDecision) -> str:
-    """A decision's numbers against the model's rule, for a reason: which bound holds or fails."""
-    bound = "none chosen: authorizes nothing" if d.threshold is None else f"{d.threshold:g}"
-    harm_ok = d.threshold is not None and d.p_harmful <= d.threshold
+    """A decision's numbers against the model's rule, for a reason: which bound holds or fails. Only
+    a model with a threshold decides (one without defers, `verdict`), so the threshold is a number."""
+    assert d.threshold is not None, "a model that certified no threshold defers; it has no reading"
+    harm_ok = d.p_harmful <= d.threshold
     shown = ", ".join(f"{name} {value:+.2f}" for name, value in top_contributions(d)[:3])
     if model.beneficial_floor is None:
         ben = f"P(beneficial) {d.p_beneficial:.3f}"
     else:
         ben = (f"P(beneficial) {d.p_beneficial:.3f} {'>=' if d.p_beneficial >= model.beneficial_floor else 'below'} "
                f"floor {model.beneficial_floor:g}")
-    return (f"P(harmful) {d.p_harmful:.3f} {'<=' if harm_ok else 'above'} threshold {bound}, {ben} -> "
+    return (f"P(harmful) {d.p_harmful:.3f} {'<=' if harm_ok else 'above'} threshold {d.threshold:g}, {ben} -> "
             f"{'go' if d.go else 'no-go'} (top: {shown})")
