@@ -66,11 +66,13 @@ T = TypeVar("T")
 
 
 
-def source_version(parts: tuple[str, ...] | list[str]) -> str:
+def source_version(parts: tuple[str, ...] | list[str], exclude: tuple[str, ...] = ()) -> str:
     """sha256 over the Python sources of `parts` (package dirs or files, relative to the
-    repository): the code version in a key, so any change to a producer recomputes."""
+    repository), less the files of `exclude`: the code version in a key, so any change to a
+    producer recomputes."""
     root = Path(__file__).resolve().parent.parent
-    files = sorted(f for part in parts for f in ((root / part).rglob("*.py") if (root / part).is_dir() else [root / part]))
+    files = sorted(f for part in parts for f in ((root / part).rglob("*.py") if (root / part).is_dir() else [root / part])
+                   if f.relative_to(root).as_posix() not in exclude)
     lines = "".join(f"{f.relative_to(root).as_posix()} {file_sha256(str(f))}\n" for f in files)
     return hashlib.sha256(lines.encode()).hexdigest()
 

@@ -318,16 +318,18 @@ def test_the_report_command_does_not_ask_for_a_go_no_go_model(tmp_path, monkeypa
 
 
 def test_every_command_module_is_episode_code_or_registered_only_and_run_imports_none_of_the_latter():
-    """REGISTERED_ONLY stays out of the episode code version; that holds only while `agent run`'s
-    own code imports none of those modules, even inside a function."""
+    """REGISTERED_ONLY and EVALUATION_ONLY stay out of the episode code version; that holds only while
+    `agent run`'s own code imports none of those modules, even inside a function (an excluded module
+    may import episode code, never the reverse)."""
     import ast  # noqa: PLC0415
 
     root = Path(__file__).resolve().parents[1]
     cli = sorted(p.relative_to(root).as_posix() for p in (root / "agent" / "cli").glob("*.py"))
     assert sorted(set(CR.EPISODE_CODE + CR.REGISTERED_ONLY) & set(cli)) == cli
     assert not set(CR.EPISODE_CODE) & set(CR.REGISTERED_ONLY)
-    banned = {p.removesuffix(".py").replace("/", ".") for p in CR.REGISTERED_ONLY}
-    files = [f for part in CR.EPISODE_CODE for f in ((root / part).rglob("*.py") if (root / part).is_dir() else [root / part])]
+    banned = {p.removesuffix(".py").replace("/", ".") for p in CR.REGISTERED_ONLY + CR.EVALUATION_ONLY}
+    files = [f for part in CR.EPISODE_CODE for f in ((root / part).rglob("*.py") if (root / part).is_dir() else [root / part])
+             if f.relative_to(root).as_posix() not in CR.EVALUATION_ONLY]
     found = []
     for f in files:
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
@@ -376,3 +378,16 @@ def test_a_results_directory_whose_episodes_are_not_files_is_refused_before_anyt
     with pytest.raises(BadInput, match="good-s0.json is not a stored episode"):
         C.compare(tmp_path / "m2", ["good", "meh"], [0], argv_for=argv_for, results=tmp_path / "r2")
     assert calls() == [] and not (tmp_path / "m1").exists() and not (tmp_path / "m2").exists()
+
+
+def test_the_episode_code_version_leaves_out_exactly_the_evaluation_only_files():
+    """The version hashes every other source of EPISODE_CODE: dropping an evaluation-only file from the
+    exclusion changes it, and each excluded file is one that exists (a renamed one would silently count)."""
+    from experience_bank.runcache import source_version  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / f).is_file() for f in CR.EVALUATION_ONLY)
+    version = CR.code_version()["episode"]
+    assert version == source_version(CR.EPISODE_CODE, CR.EVALUATION_ONLY)
+    assert version != source_version(CR.EPISODE_CODE)
+    assert version != source_version(CR.EPISODE_CODE, CR.EVALUATION_ONLY[1:])

@@ -45,6 +45,12 @@ another measurement (run them again, or at the commit they were measured at). No
 which no digest reads) nor the other commands' modules (REGISTERED_ONLY), so a measurement spread
 over sessions survives edits to any of them."""
 
+EVALUATION_ONLY = ("policies/extrapolate_heldout.py", "policies/gonogo_eval.py", "policies/replay.py")
+"""Files of EPISODE_CODE's packages that no episode runs: the held-out evaluations of the forgetting
+extrapolation and the go/no-go (`agent gonogo`, `agent compare --fit-from`) and the Retrospective-24
+replay (`agent replay`). Left out of the episode code version, so editing an analysis does not restart a
+measurement; tests check that no other file of EPISODE_CODE imports them."""
+
 PRESENTATION = ("agent/views",)
 """Packages an episode imports whose code no stored number depends on (tests check every other is in EPISODE_CODE)."""
 
@@ -126,7 +132,7 @@ def one_code(stored: list[Stored]) -> dict[str, Any] | None:
 
 def code_version() -> dict[str, Any]:
     """The source hash of EPISODE_CODE and the library versions."""
-    return _code_version(EPISODE_CODE, "episode")
+    return _code_version(EPISODE_CODE, "episode", exclude=EVALUATION_ONLY)
 
 
 def claim_out(outs: list[Path], code: dict[str, Any] | None) -> None:

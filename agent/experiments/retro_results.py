@@ -52,12 +52,13 @@ TABLE = ("ledger.json", "cells.jsonl", "outcomes.jsonl", "summary.json", "retros
 """Files of the table's root kept in the results directory (FROZEN first, then these)."""
 
 
-def code_version(parts: tuple[str, ...] = CELL_CODE, name: str = "cell") -> dict[str, Any]:
+def code_version(parts: tuple[str, ...] = CELL_CODE, name: str = "cell", exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """What a finished unit's numbers depend on besides its inputs: the source hash of the code it
-    runs (`parts`, under `name`; default: a retrospective cell's) and the libraries a run's key names."""
+    runs (`parts` less the files of `exclude`, under `name`; default: a retrospective cell's) and the
+    libraries a run's key names."""
     from trainers.run import libraries  # noqa: PLC0415 (torch)
 
-    return {name: source_version(parts), "libraries": libraries()}
+    return {name: source_version(parts, exclude), "libraries": libraries()}
 
 
 def _read_ledger(path: Path) -> dict[str, Any]:
