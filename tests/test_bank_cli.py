@@ -89,11 +89,14 @@ def test_an_older_bank_is_not_migrated_for_a_bad_file(tmp_path, capsys):
     ["bank", "consolidate", "--episode", "E404"],
     ["bank", "show", "0123abc"],
 ])
-def test_other_bad_inputs_exit_nonzero_and_write_nothing(bank_file, argv):
+def test_other_bad_inputs_exit_nonzero_and_write_nothing(bank_file, argv, capsys):
     before = _digest(bank_file)
     code = main(argv + ["--bank", str(bank_file)])
-    assert code == (1 if argv[1] == "show" else 2)
+    assert code == 2
     assert _digest(bank_file) == before
+    if argv[1] == "show":  # one line that names what matched nothing and how to see what is there
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "'0123abc'" in err[0] and "agent bank list --bank" in err[0]
 
 
 @pytest.mark.parametrize("command", ["list", "export"])

@@ -74,8 +74,8 @@ def cmd_show(args) -> int:
         found = bank.records_for(args.id) or [(h, bank.get_record(h)) for h in bank.record_hashes()
                                               if h.startswith(args.id)]
     if not found:
-        print(f"no record with card id or hash prefix {args.id!r}", file=sys.stderr)
-        return 1
+        raise BadInput(f"no record with card id or hash prefix {args.id!r} in {args.bank}: "
+                       f"list its records with `agent bank list --bank {args.bank}`")
     for h, record in found:
         print(json.dumps({"hash": h, "record": record.model_dump(mode="json")}, indent=2, ensure_ascii=False))
     return 0
