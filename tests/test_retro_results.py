@@ -133,7 +133,7 @@ def test_code_version_is_the_cell_code_and_the_libraries(tmp_path, monkeypatch):
     v = RR.code_version()
     assert set(v) == {"cell", "libraries"} and len(v["cell"]) == 64 and v["libraries"]["trl"]
     seen = []
-    monkeypatch.setattr(RR, "source_version", lambda parts: seen.extend(parts) or "x")
+    monkeypatch.setattr(RR, "source_version", lambda parts, exclude=(): seen.extend(parts) or "x")
     RR.code_version()
     assert {"trainers", "evaluators", "agent/experiments/retro_run.py"} <= set(seen)
     assert "experience_bank/records.py" not in seen  # events and bank records never touch a run
