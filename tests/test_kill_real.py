@@ -450,7 +450,12 @@ def _max_weight_difference(a: Path, b: Path) -> float:
     """Largest absolute difference between two models' weights (inf where their tensors differ in name or shape)."""
     from safetensors.torch import load_file
 
-    x, y = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    from trainers.checkpoint import weight_files
+
+    def tensors(d: Path) -> dict:  # every shard, as weights_sha256 reads them
+        return {k: v for f in weight_files(d) for k, v in load_file(f).items()}
+
+    x, y = tensors(a), tensors(b)
     if x.keys() != y.keys() or any(x[k].shape != y[k].shape for k in x):
         return float("inf")
     return max((float((x[k].double() - y[k].double()).abs().max()) for k in x if x[k].numel()), default=0.0)
@@ -485,6 +490,7 @@ def _renamed(value, names: dict[str, str]):
 def assert_like_reference(folder: Path, ref_folder: Path, reference: dict, ref_starts: Counter,
                           added: Counter) -> None:
     names = _as_reference_weights(folder, ref_folder)
+    # both sides through the same JSON round trip (tuples become lists), so only the renaming differs
     got, reference = _renamed(summary(folder), names), _renamed(reference, {})
     for part in reference:
         assert got[part] == reference[part], f"{folder.name}: {part} differs from the uninterrupted run"
