@@ -81,6 +81,11 @@ class ErrorReport(Frozen):
     runs: tuple[HeldOutRun, ...]
     errors: dict[str, dict[str, ErrorSummary]]
     """metric -> method ('all' for every run) -> summary."""
+    open_errors: dict[str, dict[str, ErrorSummary]] = {}
+    """The same on the runs whose raw reading keeps within the guard (not raw_breach): the runs where a
+    full-length prediction decides the trial's retention check, since a reading already past the guard
+    fails it as it is. A collapsing run (-50 pp at the trial, -60 at full length) weighs on `errors`'
+    means without any decision at stake. Empty in reports written before it existed."""
     guard: dict[str, GuardSummary]
     """method ('all' for every run) -> the guard decision's accuracy."""
 
@@ -141,9 +146,16 @@ def extrapolation_error(runs: Sequence[PairedRun], *, drop_pp: float, holdout: H
     """Leave-one-out (over cells, or over world seeds): |predicted - full| raw against extrapolated,
     per metric and method, and how often the guard decision is right either way."""
     rows = held_out(runs, drop_pp=drop_pp, holdout=holdout, min_runs=min_runs, choice=choice)
-    by = {"all": list(rows)} | {m: [r for r in rows if r.method == m] for m in sorted({r.method for r in rows})}
+    by = _by_method(rows)
+    opened = _by_method([r for r in rows if not r.raw_breach])
     footing, note = footing_of(runs)
     return ErrorReport(holdout=holdout, footing=footing, footing_note=note, drop_pp=drop_pp, min_runs=min_runs,
                        choice=choice, runs=rows,
                        errors={m: {k: _errors(v, m) for k, v in by.items()} for m in RETENTION},
+                       open_errors={m: {k: _errors(v, m) for k, v in opened.items() if v} for m in RETENTION},
                        guard={k: _guard(v) for k, v in by.items()})
+
+
+def _by_method(rows: Sequence[HeldOutRun]) -> dict[str, list[HeldOutRun]]:
+    """'all' -> every row, then each method -> its rows."""
+    return {"all": list(rows)} | {m: [r for r in rows if r.method == m] for m in sorted({r.method for r in rows})}

@@ -120,6 +120,11 @@ class Evaluation(Frozen):
     """Why not the loop's footing (None: it is)."""
     deferral: str | None = None
     """The name of the rule `gonogo` defers to where a fold certified no threshold (None: no go there)."""
+    cell_majority: Rate | None = None
+    """Accuracy of going on each (world seed, card) cell's own majority class, in-sample: not a rule (it
+    reads the runs it scores), the accuracy of knowing each card on its world exactly but not the draw of
+    the training seed; a rule reading no run's own curve cannot beat it on these runs. None in evaluations
+    written before it existed."""
 
 
 def rate(k: int, n: int) -> Rate:
@@ -155,6 +160,10 @@ def markdown(e: Evaluation) -> str:
              "|---|---|---|---|---|---|"]
     lines += [f"| {name} | {f.go} | {text(f.accuracy)} | {text(f.precision)} | {text(f.recall)} | "
               f"{text(f.harmful_among_authorized)} |" for name, f in e.rules.items()]
+    if e.cell_majority is not None:
+        lines += ["", f"Not a rule, for scale: going on each (world, card) cell's own majority class (in-sample; it "
+                  f"knows each card on its world but not the training seed's draw) is right on "
+                  f"{text(e.cell_majority)}."]
     thresholds = [f.threshold for f in e.folds]
     lines += ["", f"Fold thresholds on P(harmful): {sum(t is None for t in thresholds)} of {len(thresholds)} folds "
               f"certify none (no threshold passed the bound; there `gonogo` is the deferral rule, "
@@ -248,6 +257,9 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
              "prior-only p_harmful<0.5": figures([held_prior[i].p_harmful < 0.5 for i in range(len(runs))], outcome)}
     rules |= {name: figures(go, outcome) for name, go in base.items()}
     harm = [o == "harmful" for o in outcome]
+    cells: dict[tuple[int, str], list[bool]] = {}
+    for r, o in zip(runs, outcome):
+        cells.setdefault((r.world_seed, r.card_id), []).append(o == "beneficial")
     two_classes = 0 < sum(harm) < len(harm)
     p_harm_prior = [held_prior[i].p_harmful for i in range(len(runs))]
     return Evaluation(
@@ -256,6 +268,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         auc_harmful=float(roc_auc_score(harm, p_harm)) if two_classes else None,
         auc_harmful_prior=float(roc_auc_score(harm, p_harm_prior)) if two_classes else None,
         folds=tuple(folds), footing=footing, footing_note=note, deferral=deferral,
+        cell_majority=rate(sum(max(sum(c), len(c) - sum(c)) for c in cells.values()), len(runs)),
         runs=tuple(HeldOut(card_id=r.card_id, seed=r.seed, world_seed=r.world_seed, outcome=o, p_beneficial=held[i].p_beneficial,
                            p_harmful=held[i].p_harmful, go=go[i], prior_p_harmful=held_prior[i].p_harmful,
                            prior_go=held_prior[i].go, deferred=i in deferred, baseline_go={name: go[i] for name, go in base.items()})

@@ -283,3 +283,18 @@ def test_where_no_growth_predicts_a_held_out_world_better_the_raw_reading_is_cho
     one = fit(w0).groups[0].metrics["ifeval.prompt_strict"]
     assert one.heldout == "run" and one.model != "none" and one.growth_pp == pytest.approx(-10.0, abs=0.5)
     assert fit(w0 + w1, choice="none").groups[0].metrics["ifeval.prompt_strict"].model == "none"
+
+
+def test_the_open_errors_are_those_of_the_runs_whose_reading_keeps_within_the_guard():
+    # Two collapsing runs (-40 pp at the trial, -60 at full length) beside runs near zero: the mean error
+    # over every run is theirs; over the runs the reading leaves within the guard, it is the small one.
+    runs = [_run(f"S{i:02d}", [0.0, -0.5, -1.0 - 0.1 * i], world=i % 2) for i in range(8)]
+    runs += [PairedRun(**(r.model_dump() | {"full": _point(1.0, -60.0)})) for r in
+             [_run(f"C{i}", [-5.0, -15.0, -40.0], world=i) for i in range(2)]]
+    rep = extrapolation_error(runs, drop_pp=IFEVAL_DROP_PP, choice="none")
+    for m in RETENTION:
+        every, opened = rep.errors[m]["all"], rep.open_errors[m]["all"]
+        assert (every.n, opened.n) == (10, 8)
+        assert every.raw_mean_pp == pytest.approx((8 * 0.0 + 2 * 20.0) / 10)  # none: the reading is the prediction
+        assert opened.raw_mean_pp == pytest.approx(0.0) and opened.extrapolated_mean_pp == pytest.approx(0.0)
+    assert sum(not r.raw_breach for r in rep.runs) == 8

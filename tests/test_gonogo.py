@@ -456,3 +456,40 @@ def test_the_cli_measures_every_validate_rule_on_the_same_runs(tmp_path, capsys)
     # S01 (first), G01 (best of 5), G02 (ties G01 for the top 2 of 6); every other is out of the top share.
     go = [r["card_id"] for r in out["runs"] if r["baseline_go"]["successive halving"]]
     assert go == ["S01", "G01", "G02"] and out["rules"]["successive halving"]["go"] == 3
+
+
+def _classed_run(card: str, outcome: str, *, world: int, seed: int = 0) -> PairedRun:
+    """A run whose full run is `outcome` (beneficial: +4 pp target; harmful: IFEval -5 pp; neutral: nothing)."""
+    target, retention = {"beneficial": (4.0, 0.0), "harmful": (0.0, -5.0), "neutral": (0.0, 0.0)}[outcome]
+    run = _trial_run(card, [0.0, 0.5, 1.0], seed=seed, world=world)
+    return PairedRun(**(run.model_dump() | {"full": _point(1.0, target, retention)}))
+
+
+def test_the_card_memory_goes_where_the_same_card_was_mostly_beneficial_on_the_other_worlds():
+    # A: beneficial, beneficial, harmful on worlds 0-2; B: beneficial, neutral, neutral; C: world 2 only.
+    # Held out: A on world 2 (two of two elsewhere) goes; A on world 0 (one of two) and B on world 1
+    # (one of two: no strict majority) do not; C was never seen elsewhere.
+    table = {"A": ("beneficial", "beneficial", "harmful"), "B": ("beneficial", "neutral", "neutral")}
+    runs = [_classed_run(c, o, world=w, seed=s) for c, outs in table.items() for w, o in enumerate(outs) for s in (0, 1)]
+    runs += [_classed_run("C", "beneficial", world=2, seed=s) for s in (0, 1)]
+    e = _evaluate_baselines(runs)
+    from agent.experiments.gonogo_baselines import CARD_MEMORY, baselines
+    go = {(h.card_id, h.world_seed) for h in e.runs if h.baseline_go[CARD_MEMORY]}
+    assert go == {("A", 2)} and e.rules[CARD_MEMORY].go == 2
+    # Right only on B's neutral runs (worlds 1, 2); its one go lands on A's harmful world.
+    figures_ = e.rules[CARD_MEMORY]
+    assert (figures_.accuracy.k, figures_.accuracy.n, figures_.harmful_among_authorized.k) == (4, 14, 2)
+    # Held out by card (one world), a fold never saw its card: no card memory at all.
+    assert CARD_MEMORY not in baselines([r for r in runs if r.world_seed == 0])[1]
+
+
+def test_the_cell_majority_counts_each_cells_larger_side():
+    # Cells (world, card): (0, A) beneficial x2 + neutral: 2 of 3; (1, A) harmful x2: 2 of 2; (0, B)
+    # beneficial + harmful: 1 of 2; (1, B) beneficial: 1 of 1; (2, *) beneficial x2, neutral x2: 2 + 2.
+    spec = [("A", 0, "beneficial"), ("A", 0, "beneficial"), ("A", 0, "neutral"), ("A", 1, "harmful"),
+            ("A", 1, "harmful"), ("B", 0, "beneficial"), ("B", 0, "harmful"), ("B", 1, "beneficial"),
+            ("A", 2, "beneficial"), ("A", 2, "beneficial"), ("B", 2, "neutral"), ("B", 2, "neutral")]
+    runs = [_classed_run(c, o, world=w, seed=i) for i, (c, w, o) in enumerate(spec)]
+    e = _evaluate_baselines(runs)
+    assert (e.cell_majority.k, e.cell_majority.n) == (2 + 2 + 1 + 1 + 2 + 2, 12)
+    assert f"right on {e.cell_majority.k}/12" in markdown(e)

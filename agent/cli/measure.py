@@ -303,7 +303,9 @@ def cmd_extrapolate(args) -> int:
               + (f": {fitted.footing_note})" if fitted.footing_note else ")"))
     for rep in reports:
         for metric, by in rep.errors.items():
-            s = by["all"]
+            s, o = by["all"], rep.open_errors.get(metric, {}).get("all")
             print(f"  held out by {rep.holdout}, {metric}: |raw - full| {s.raw_mean_pp:.2f} pp, "
-                  f"|extrapolated - full| {s.extrapolated_mean_pp:.2f} pp (n={s.n})")
+                  f"|extrapolated - full| {s.extrapolated_mean_pp:.2f} pp (n={s.n})"
+                  + (f"; where the reading keeps within the guard {o.raw_mean_pp:.2f} / {o.extrapolated_mean_pp:.2f} "
+                     f"pp (n={o.n})" if o else ""))
     return 0

@@ -19,6 +19,9 @@ that may still train it is an episode's budget, not the rule's prediction).
   verdict. The extrapolation is learned from paired runs, so it is a FoldBaseline: fitted on the
   fold's other groups only (`extrapolated`), as `agent compare --fit-from` fits it on the other
   worlds; a model fitted on every run would be read on its own training data.
+- `the card's majority on the other worlds` (`card_memory`, a FoldBaseline where the runs span several
+  worlds): go iff most of the same card's full runs on the fold's other worlds were beneficial; a
+  reference, not a loop rule: a user's own card has no history under its name.
 
 Readings. Every rule reads the trial as the retrospective recorded it: its short runs against their
 matched control (PairedRun.curve), the readings `trial pass @0.20` has always read, so the four rules
@@ -53,6 +56,7 @@ TRIAL = "trial pass @0.20"
 EARLY_STOP = "early stop extrapolation"
 HALVING = "successive halving"
 EXTRAPOLATED = "trial pass, extrapolated retention"
+CARD_MEMORY = "the card's majority on the other worlds"
 OWN_VERDICT = "bcit"
 """A policy without a trial rule of its own (not in policies.trial_rules.TRIAL_RULES): it acts on
 the trial's verdict, after the retention check at full length where a model is frozen."""
@@ -131,7 +135,22 @@ def extrapolated(train: Sequence[PairedRun]) -> Baseline:
     return lambda run: _goes(OWN_VERDICT, run, EpisodeState(), guard)[0]
 
 
+def card_memory(train: Sequence[PairedRun]) -> Baseline:
+    """A FoldBaseline that remembers full runs by card id: go iff most of the card's full runs among
+    `train` were beneficial (policies.outcomes, under the retrospective's band and guard); no go for a
+    card it never saw. Held out by world, `train` is the other worlds: what a bank keyed by card would
+    know of the same recipe elsewhere, with nothing of the run's own curve. The go/no-go reads no card
+    id, so this says how much of a card's outcome carries across worlds by its name alone."""
+    seen: dict[str, list[bool]] = {}
+    for r in train:
+        seen.setdefault(r.card_id, []).append(r.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "beneficial")
+    return lambda run: 2 * sum(seen.get(run.card_id, ())) > len(seen.get(run.card_id, ()))
+
+
 def baselines(runs: Sequence[PairedRun]) -> tuple[dict[str, Baseline], dict[str, FoldBaseline]]:
-    """(the rules that learn nothing, the rule made per fold) for policies.gonogo_eval.evaluate on `runs`."""
-    return ({TRIAL: trial_passes, EARLY_STOP: early_stop_passes, HALVING: halving(runs)},
-            {EXTRAPOLATED: extrapolated})
+    """(the rules that learn nothing, the rules made per fold) for policies.gonogo_eval.evaluate on `runs`;
+    the card memory only where the runs span several worlds (held out by card, a fold never saw its card)."""
+    per_fold: dict[str, FoldBaseline] = {EXTRAPOLATED: extrapolated}
+    if len({r.world_seed for r in runs}) > 1:
+        per_fold[CARD_MEMORY] = card_memory
+    return {TRIAL: trial_passes, EARLY_STOP: early_stop_passes, HALVING: halving(runs)}, per_fold
