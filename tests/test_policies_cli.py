@@ -36,3 +36,21 @@ def test_row_errors_name_the_file_line_and_field(tmp_path, capsys):
         assert main(["authorize", "--features", str(path), "--json"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"features file {path}" in err[0] and needle in err[0], err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    # `agent replay retrospective-24 --json | head -c 1`: the pipe's reader is gone before the first
+    # write. The command ends quietly with a SIGPIPE death's code, as a C tool would, not a traceback.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "agent", "replay", "retrospective-24", "--json"],
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 128 + signal.SIGPIPE and done.stderr == b""

@@ -73,6 +73,33 @@ def test_gold_failure_is_unknown(db):
     assert sql_exec.extract_sql("```sql\nSELECT 1;\n```") == "SELECT 1"
 
 
+@pytest.mark.parametrize("text,extracted", [
+    ("SELECT 1\x00;SELECT 2;", "SELECT 1\x00;SELECT 2;"),  # the NUL hides every `;`: the text runs whole
+    ("SELECT 1;\x00SELECT 2;", "SELECT 1"),  # a complete first statement before the NUL is the query
+    ("```sql\nSELECT 1\x00;```", "SELECT 1\x00;"),
+    ("SELECT '\ud800';", "SELECT '\ud800';")])  # a lone surrogate: no UTF-8 for SQLite's tokenizer
+def test_a_generation_sqlite_cannot_read_is_wrong_not_a_crash(db, text, extracted):
+    # A tiny model on world seed 99 wrote a NUL into its SQL: complete_statement raised ValueError and
+    # took the scorer and the GRPO reward (TRL's training step) down with it.
+    from evaluators import rewards
+    assert sql_exec.extract_sql(text) == extracted
+    verdict = sql_exec.judge(db, sql_exec.extract_sql(text), "SELECT 1", rule="bird")
+    readable = "\x00" not in extracted and "\ud800" not in extracted
+    assert verdict["correct"] is readable and verdict["status"] == ("ok" if readable else "error")
+    ref = json.dumps({"db_path": str(db), "sql": "SELECT 1"})
+    assert rewards.execution(["p"], [text], task=["sql/target"], reference=[ref]) == [float(readable)]
+
+
+SQLISH = st.lists(st.sampled_from(list("SELECT 1;'\"`-/*\n") + ["```sql", "\x00", "\ud800"])).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(), SQLISH))
+def test_extract_sql_never_raises_and_returns_a_substring(text):
+    out = sql_exec.extract_sql(text)
+    assert out in text or out in text.strip()
+
+
 def test_authorizer_denies_load_extension_but_allows_plain_functions(db):
     import sqlite3
 

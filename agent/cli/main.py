@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sqlite3
 import sys
 import warnings
@@ -131,4 +132,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    try:
+        try:
+            code = main()
+        except SystemExit as stop:  # argparse's --help, --version and usage errors: flushed below too
+            code = stop.code
+        sys.stdout.flush()  # a reader gone early fails here, inside the handler, not at exit
+    except BrokenPipeError:
+        # The reader stopped reading (`agent audit RUN --json | head`): what it took is what it wanted,
+        # so no traceback and no error line. stdout goes to /dev/null so that the interpreter's own
+        # flush at exit does not raise again; the exit code is a SIGPIPE death's, as a C tool's would be.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE
+    sys.exit(code)

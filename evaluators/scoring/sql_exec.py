@@ -72,12 +72,23 @@ def extract_sql(text: str) -> str:
     sql = (fence.group(1) if fence else text).strip()
     start = 0
     for end in (i for i, ch in enumerate(sql) if ch == ";"):
-        if sqlite3.complete_statement(sql[start:end + 1]):
+        if _complete(sql[start:end + 1]):
             statement = sql[start:end].strip()
             if statement:
                 return statement
             start = end + 1  # an empty statement (";;"): keep looking
     return sql[start:].strip()
+
+
+def _complete(text: str) -> bool:
+    """sqlite3.complete_statement, False for text its C tokenizer cannot take (a NUL, a lone surrogate:
+    ValueError, UnicodeEncodeError among them). A generation holding one then runs as it is, and the
+    execution fails it, as SQLite refuses such a query; before, the scorer and the GRPO reward raised
+    on it (a tiny model on world seed 99 wrote a NUL into its SQL)."""
+    try:
+        return sqlite3.complete_statement(text)
+    except ValueError:
+        return False
 
 
 def remove_distinct(sql: str) -> str:
