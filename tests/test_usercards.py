@@ -60,6 +60,19 @@ def test_a_trl_grpo_config_and_a_llamafactory_lora_config(world):
     assert set(lf.mapped) | set(lf.run_owned) == keys
 
 
+def test_trl_values_are_read_as_trls_own_parser_reads_them(world, tmp_path):
+    # YAML 1.1 reads `1e-4` (no dot) as a string; `trl sft --config` passes it through argparse's float,
+    # so TRL trains at 1e-4, and so does the card. The same for a quoted number or bool.
+    from agent.world.usercards.recipes import as_trl_reads, import_recipe
+    text = SFT.replace("learning_rate: 2.0e-4", "learning_rate: 1e-4").replace("max_steps: 8", 'max_steps: "8"')
+    path = tmp_path / "plain_exponent.yaml"
+    path.write_text(text)
+    card = import_recipe(path, world, device_hours=2.0).proposal.card
+    assert card.hparams.learning_rate == 1e-4 and card.budget.steps == 8
+    read = as_trl_reads({"learning_rate": "1e-4", "use_peft": "true", "max_steps": "1e3", "dataset_name": "x"}, "sft")
+    assert read == {"learning_rate": 1e-4, "use_peft": True, "max_steps": "1e3", "dataset_name": "x"}  # int("1e3") fails
+
+
 def _bad(tmp_path, text: str) -> Path:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -72,6 +85,7 @@ SFT = (RECIPES / "trl_sft_sql.yaml").read_text()
 @pytest.mark.parametrize("text, says", [
     (SFT + "lerning_rate: 0.1\n", "unknown key 'lerning_rate'"),
     (SFT.replace("learning_rate: 2.0e-4", "learning_rate: fast"), "learning_rate = 'fast' is not a float"),
+    (SFT.replace("max_steps: 8", "max_steps: 1e3"), "max_steps = '1e3' is not a int"),
     (SFT.replace("sql/target/train", "sql/nope/train"), "dataset 'sql/nope/train' is not a pool of this world"),
     (SFT + "optim: adamw_torch\n", "key 'optim' is refused"),
     (SFT.replace("lr_scheduler_type: cosine", "lr_scheduler_type: polynomial"), "lr_scheduler_type 'polynomial'"),

@@ -7,7 +7,8 @@ in the card's provenance), or refused with one line naming it. Nothing is droppe
 (FT-Agent's LlamaFactory writer drops keys the trainer does not know; this does the opposite).
 TRL keys are checked against TRL's own dataclasses, the ones its CLI parses (`trl sft`:
 ScriptArguments, SFTConfig, ModelConfig, DatasetMixtureConfig; `trl grpo`: GRPOScriptArguments,
-GRPOConfig, ModelConfig, DatasetMixtureConfig), names and types; LlamaFactory keys against the
+GRPOConfig, ModelConfig, DatasetMixtureConfig), names and types, each value read as that parser
+reads it (`as_trl_reads`: `learning_rate: 1e-4` is a float there); LlamaFactory keys against the
 table below (LlamaFactory is not a dependency). The datasets must be pools of the run's world:
 a recipe trains on data the evaluator's world holds, hashed. The source file's sha256 is the
 provenance's config hash.
@@ -15,6 +16,7 @@ provenance's config hash.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
@@ -81,17 +83,20 @@ def recipe_format(raw: dict) -> str:
 # --- TRL ------------------------------------------------------------------------------------
 
 
-def trl_fields(method: str) -> dict[str, tuple[str, Any]]:
-    """key -> (dataclass name, annotated type) over the dataclasses `trl <method>` parses."""
+def _trl_classes(method: str) -> tuple[type, ...]:
+    """The dataclasses `trl <method>` parses, in its order."""
     from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, ScriptArguments, SFTConfig  # noqa: PLC0415
 
     if method == "grpo":
         from trl.scripts.grpo import GRPOScriptArguments  # noqa: PLC0415
-        classes = (GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig)
-    else:
-        classes = (ScriptArguments, SFTConfig, ModelConfig, DatasetMixtureConfig)
+        return GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig
+    return ScriptArguments, SFTConfig, ModelConfig, DatasetMixtureConfig
+
+
+def trl_fields(method: str) -> dict[str, tuple[str, Any]]:
+    """key -> (dataclass name, annotated type) over the dataclasses `trl <method>` parses."""
     out: dict[str, tuple[str, Any]] = {}
-    for cls in classes:
+    for cls in _trl_classes(method):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             out.setdefault(f.name, (cls.__name__, hints.get(f.name, f.type)))
@@ -129,6 +134,27 @@ def _accepts(value: Any, tp: Any) -> bool:
 
 def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def as_trl_reads(raw: dict, method: str) -> dict:
+    """The file's values as `trl <method> --config` reads them. TrlParser makes each key an argparse
+    default, and argparse passes a string default through its action's type, so `learning_rate: 1e-4`
+    (a string to YAML 1.1, which wants a dot: 1.0e-4) is the float 1e-4 to TRL, and `use_peft: "true"`
+    is True. Only where the field takes no string; a value its type refuses stays as written, and
+    _check_trl refuses it, as TRL's parser does."""
+    from trl import TrlParser  # noqa: PLC0415
+
+    known = trl_fields(method)
+    # argparse has no public list of its actions; TRL's own set_defaults_with_config walks `_actions` too
+    reads = {a.dest: a.type for a in TrlParser(_trl_classes(method))._actions if a.type is not None}  # noqa: SLF001
+    out = dict(raw)
+    for key, value in raw.items():
+        if isinstance(value, str) and key in reads and key in known and not _accepts(value, known[key][1]):
+            try:
+                out[key] = reads[key](value)
+            except (TypeError, ValueError, argparse.ArgumentTypeError):
+                pass
+    return out
 
 
 def _check_trl(raw: dict, method: str, where: str) -> None:
@@ -174,6 +200,7 @@ def _refuse(key: str, where: str, why: str) -> typing.NoReturn:
 
 
 def _from_trl(raw: dict, method: str, where: str) -> tuple[dict, dict, list]:
+    raw = as_trl_reads(raw, method)
     _check_trl(raw, method, where)
     mapped, owned, card = {}, [], {}
     grpo = method == "grpo"
