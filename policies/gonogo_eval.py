@@ -131,6 +131,15 @@ def rate(k: int, n: int) -> Rate:
     return Rate(k=k, n=n, value=k / n if n else None, ci95=clopper_pearson(k, n) if n else None)
 
 
+def cell_majority(runs: Sequence[PairedRun], outcome: Sequence[str]) -> Rate:
+    """Evaluation.cell_majority: each (world seed, card) cell's runs decided by the cell's larger side
+    (beneficial or not), right on that side's count."""
+    cells: dict[tuple[int, str], list[bool]] = {}
+    for r, o in zip(runs, outcome, strict=True):
+        cells.setdefault((r.world_seed, r.card_id), []).append(o == "beneficial")
+    return rate(sum(max(sum(c), len(c) - sum(c)) for c in cells.values()), len(runs))
+
+
 def figures(go: Sequence[bool], outcome: Sequence[str]) -> RuleFigures:
     """A go/no-go rule's figures against the full runs' classes (go is right iff beneficial)."""
     g, ben = np.asarray(go, dtype=bool), np.array([o == "beneficial" for o in outcome])
@@ -257,9 +266,6 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
              "prior-only p_harmful<0.5": figures([held_prior[i].p_harmful < 0.5 for i in range(len(runs))], outcome)}
     rules |= {name: figures(go, outcome) for name, go in base.items()}
     harm = [o == "harmful" for o in outcome]
-    cells: dict[tuple[int, str], list[bool]] = {}
-    for r, o in zip(runs, outcome):
-        cells.setdefault((r.world_seed, r.card_id), []).append(o == "beneficial")
     two_classes = 0 < sum(harm) < len(harm)
     p_harm_prior = [held_prior[i].p_harmful for i in range(len(runs))]
     return Evaluation(
@@ -268,7 +274,7 @@ def evaluate(runs: Sequence[PairedRun], records: Mapping[str, gonogo.Record] | N
         auc_harmful=float(roc_auc_score(harm, p_harm)) if two_classes else None,
         auc_harmful_prior=float(roc_auc_score(harm, p_harm_prior)) if two_classes else None,
         folds=tuple(folds), footing=footing, footing_note=note, deferral=deferral,
-        cell_majority=rate(sum(max(sum(c), len(c) - sum(c)) for c in cells.values()), len(runs)),
+        cell_majority=cell_majority(runs, outcome),
         runs=tuple(HeldOut(card_id=r.card_id, seed=r.seed, world_seed=r.world_seed, outcome=o, p_beneficial=held[i].p_beneficial,
                            p_harmful=held[i].p_harmful, go=go[i], prior_p_harmful=held_prior[i].p_harmful,
                            prior_go=held_prior[i].go, deferred=i in deferred, baseline_go={name: go[i] for name, go in base.items()})
