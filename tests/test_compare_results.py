@@ -176,6 +176,8 @@ def test_a_report_runs_nothing_and_covers_the_seeds_every_policy_has_finished(tm
     assert full["policies"]["good"]["endpoint_mean"] == pytest.approx(44.0)
     doc = json.loads((results / "compare.json").read_text())  # the results' tables are the report's
     assert "A measurement under way" in (results / "compare.md").read_text()
+    assert doc["meta"]["finished"] == [["world-0", 2, 4], ["world-1", 3, 4]]  # of 2 policies x 2 seeds each
+    assert "Finished so far: world-0, 2 of 4 episodes; world-1, 3 of 4 episodes." in (results / "compare.md").read_text()
     assert doc["meta"]["seeds"] == [0] and [e["unit"] for e in doc["episodes"]] == ["w0-s0", "w0-s0", "w1-s0", "w1-s0"]
     # a world with no paired seed is left out; none anywhere is one line of BadInput
     for p in ("good", "meh"):

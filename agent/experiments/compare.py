@@ -207,8 +207,10 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
 
 
 def _report_meta(stored: list[CR.Stored]) -> dict[str, Any]:
-    """What a report adds to its tables' meta: that it ran nothing, and the code its episodes ran."""
-    return {"report_only": True, "measured_code": CR.one_code(stored)}
+    """What a report adds to its tables' meta: that it ran nothing, the code its episodes ran, and how
+    far each world's measurement is (episodes finished of those asked for)."""
+    return {"report_only": True, "measured_code": CR.one_code(stored),
+            "finished": [[s.results.name, len(s.taken), len(s.matches)] for s in stored]}
 
 
 def _code(results: Path | None, report_only: bool) -> dict[str, Any] | None:

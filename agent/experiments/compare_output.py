@@ -39,10 +39,18 @@ def _code_line(code: dict[str, Any] | None) -> str:
     return f"Its episodes ran at episode code {str(code.get('episode', '?'))[:12]} ({libs})."
 
 
+def _finished_line(finished: list | None) -> str:
+    """` Finished so far: ...`: each world's episodes with a digest, of the (policy, seed) pairs asked for."""
+    if not finished:
+        return ""
+    return " Finished so far: " + "; ".join(f"{name}, {k} of {n} episodes" for name, k, n in finished) + "."
+
+
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     fams, ifk = summary["families"], list(IFEVAL_METRICS)
     under_way = (["A measurement under way: this report covers only the seeds every policy had finished "
-                  f"(`agent compare --report`); nothing was run for it. {_code_line(meta.get('measured_code'))}", ""]
+                  f"(`agent compare --report`); nothing was run for it. {_code_line(meta.get('measured_code'))}"
+                  f"{_finished_line(meta.get('finished'))}", ""]
                  if meta.get("report_only") else [])
     lines = ["# Paired policy comparison", "", *under_way,
              f"{_worlds_line(meta)}Seeds {meta['seeds']}; budget {meta['budget'] or '(config default)'}; config {meta['config'] or '(defaults)'}; "
