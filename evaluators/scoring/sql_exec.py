@@ -44,7 +44,8 @@ import sqlparse
 from evaluators.scoring import sandbox
 from experience_bank.errors import BadInput
 
-VERSION = "sql-exec-v2-bird-set-spider-suite"
+VERSION = "sql-exec-v3-bird-set-spider-suite"
+"""v3: a generation SQLite cannot read (a NUL, a lone surrogate) is wrong, where v2 raised (UNKNOWN)."""
 DEADLINE_S = 2.0
 MAX_ROWS = 100_000
 MAX_PERMUTATIONS = 100_000
@@ -83,8 +84,8 @@ def extract_sql(text: str) -> str:
 def _complete(text: str) -> bool:
     """sqlite3.complete_statement, False for text its C tokenizer cannot take (a NUL, a lone surrogate:
     ValueError, UnicodeEncodeError among them). A generation holding one then runs as it is, and the
-    execution fails it, as SQLite refuses such a query; before, the scorer and the GRPO reward raised
-    on it (a tiny model on world seed 99 wrote a NUL into its SQL)."""
+    execution fails it, as SQLite refuses such a query. Before (v2) it raised: the item was UNKNOWN in
+    an evaluation and the GRPO reward stopped its run (a tiny model on world seed 99 wrote a NUL)."""
     try:
         return sqlite3.complete_statement(text)
     except ValueError:
