@@ -144,7 +144,11 @@ def card_memory(train: Sequence[PairedRun]) -> Baseline:
     seen: dict[str, list[bool]] = {}
     for r in train:
         seen.setdefault(r.card_id, []).append(r.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "beneficial")
-    return lambda run: 2 * sum(seen.get(run.card_id, ())) > len(seen.get(run.card_id, ()))
+
+    def goes(run: PairedRun) -> bool:
+        votes = seen.get(run.card_id, [])
+        return 2 * sum(votes) > len(votes)
+    return goes
 
 
 def baselines(runs: Sequence[PairedRun]) -> tuple[dict[str, Baseline], dict[str, FoldBaseline]]:

@@ -136,15 +136,15 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
-def as_trl_reads(raw: dict, method: str) -> dict:
+def as_trl_reads(raw: dict, method: str, known: dict[str, tuple[str, Any]] | None = None) -> dict:
     """The file's values as `trl <method> --config` reads them. TrlParser makes each key an argparse
     default, and argparse passes a string default through its action's type, so `learning_rate: 1e-4`
     (a string to YAML 1.1, which wants a dot: 1.0e-4) is the float 1e-4 to TRL, and `use_peft: "true"`
     is True. Only where the field takes no string; a value its type refuses stays as written, and
-    _check_trl refuses it, as TRL's parser does."""
+    _check_trl refuses it, as TRL's parser does. `known`: trl_fields(method), where the caller has it."""
     from trl import TrlParser  # noqa: PLC0415
 
-    known = trl_fields(method)
+    known = known if known is not None else trl_fields(method)
     # argparse has no public list of its actions; TRL's own set_defaults_with_config walks `_actions` too
     reads = {a.dest: a.type for a in TrlParser(_trl_classes(method))._actions if a.type is not None}  # noqa: SLF001
     out = dict(raw)
@@ -157,8 +157,7 @@ def as_trl_reads(raw: dict, method: str) -> dict:
     return out
 
 
-def _check_trl(raw: dict, method: str, where: str) -> None:
-    known = trl_fields(method)
+def _check_trl(raw: dict, method: str, where: str, known: dict[str, tuple[str, Any]]) -> None:
     for key, value in raw.items():
         if key not in known:
             raise BadInput(f"{where}: unknown key {key!r}: `trl {method}` has no such field (ScriptArguments, "
@@ -200,8 +199,9 @@ def _refuse(key: str, where: str, why: str) -> typing.NoReturn:
 
 
 def _from_trl(raw: dict, method: str, where: str) -> tuple[dict, dict, list]:
-    raw = as_trl_reads(raw, method)
-    _check_trl(raw, method, where)
+    known = trl_fields(method)
+    raw = as_trl_reads(raw, method, known)
+    _check_trl(raw, method, where, known)
     mapped, owned, card = {}, [], {}
     grpo = method == "grpo"
     for key in raw:
