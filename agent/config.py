@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.inputs import read_text
 from experience_bank.errors import BadInput
+from experience_bank.results import MAX_SEED
 
 Pp = Annotated[float, Field(ge=0.0, le=100.0)]
 
@@ -122,7 +123,7 @@ class RunConfig(BaseModel):
     """A fitted forgetting extrapolation (`agent extrapolate ... --save OUT.json`): where given, the
     trial's retention check holds the extrapolated full-length IFEval changes to the guard, for every
     policy (policies.trial_rules.acted_verdict); frozen into the run directory at start."""
-    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     """Seed of training, sampling and generation."""
     bank: str = "runs/bank.sqlite"
     """Experience bank path (built from the world's seed bank when missing)."""

@@ -12,17 +12,13 @@ so that opening it cannot turn a stray file into a fresh bank.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any, Iterator
 
 from experience_bank.errors import BadInput
-from experience_bank.files import jsonl_text, read_only
+from experience_bank.files import jsonl_text, sqlite_fault, sqlite_tables
 from experience_bank.hashing import loads_strict
 from safetensors import SafetensorError, safe_open
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html)."""
 
 
 def read_text(path: str | Path, what: str) -> str:
@@ -96,40 +92,31 @@ def read_jsonl(path: str | Path, what: str) -> list[dict]:
     return [loads_strict(line) for _, line in jsonl_lines(path, what)]
 
 
+BANK_TABLES = frozenset({"records"})
+"""The table every bank has had since its first migration: a file without it is some other database."""
+
+
 def check_bank_file(path: str | Path) -> None:
-    """A bank path that exists must already be an SQLite file: opening anything else would
-    migrate it into a fresh bank (a 0-byte file becomes a 90 KB one) before any refusal."""
-    file = Path(path)
-    if not file.exists():
+    """A bank path that exists must already be a bank: opening anything else would migrate it
+    into one (a 0-byte file becomes a 90 KB bank; a run's ledger or checkpoints gain a bank's
+    tables) before any refusal. An SQLite file with no tables at all has nothing to lose."""
+    fault = sqlite_fault(path)
+    if fault is None:
+        tables = sqlite_tables(path)
+        if tables and not BANK_TABLES <= tables:
+            raise BadInput(f"bank {path} is an SQLite database but not an experience bank (its tables: "
+                           f"{', '.join(sorted(tables)[:6])}): give the path of a bank made by `agent bank init`, or a new path")
+    elif fault == "missing":
         return
-    if not file.is_file():
+    elif fault == "not a file":
         raise BadInput(f"bank {path} is not a file: give the path of an SQLite bank (or a new path)")
-    try:
-        with open(file, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise BadInput(f"cannot read bank {path} ({exc.strerror}): check that the file is readable") from None
-    if head != SQLITE_HEADER:
-        what = "empty (0 bytes)" if not head else "not an SQLite database"
-        raise BadInput(f"bank {path} is {what}: remove it, or give the path of a bank made by `agent bank init`")
-    if not Path(f"{file}-wal").exists():  # a bank in use by another process is checked by its own open
-        _quick_check(file)
-
-
-def _quick_check(file: Path) -> None:
-    """SQLite's own structural check, on a read-only, immutable connection (which leaves no
-    -wal/-shm files behind and takes no locks)."""
-    try:
-        conn = read_only(file, immutable=True)
-        try:
-            result = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        result = str(exc)
-    if result != "ok":
-        raise BadInput(f"bank {file} is damaged ({result}): inspect it with sqlite3 {file} \"PRAGMA integrity_check\" "
+    elif fault.startswith("damaged"):
+        raise BadInput(f"bank {path} is {fault}: inspect it with sqlite3 {path} \"PRAGMA integrity_check\" "
                        "or restore a copy")
+    elif fault.startswith("unreadable"):
+        raise BadInput(f"cannot read bank {path} ({fault}): check that the file is readable")
+    else:
+        raise BadInput(f"bank {path} is {fault}: remove it, or give the path of a bank made by `agent bank init`")
 
 
 def check_out_dir(path: str | Path, flag: str = "--out") -> None:

@@ -1,5 +1,6 @@
 """Atomic file writes (a file is either its old content or its new content, never half of one),
-the one reader of JSONL text files, a line at a time, and the one read-only SQLite opener."""
+the one reader of JSONL text files, a line at a time, the one read-only SQLite opener, and the one
+check of an SQLite file before it is opened."""
 
 from __future__ import annotations
 
@@ -83,6 +84,49 @@ def read_only(path: str | Path, *, immutable: bool = False, **kwargs) -> sqlite3
     not another. `immutable`: no locks and no -wal/-shm files (only for a file nothing writes)."""
     uri = Path(path).resolve().as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
     return sqlite3.connect(uri, uri=True, **kwargs)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html)."""
+
+
+def sqlite_fault(path: str | Path) -> str | None:
+    """Why the file at `path` is no SQLite database to open ("missing", "not a file", "empty (0 bytes)",
+    "not an SQLite database", "damaged (...)", "unreadable (...)"), or None. Checked before any open:
+    sqlite3.connect makes a missing or 0-byte file a new empty database, and a writer's open would then
+    migrate it, so the caller's refusal would come after the damage."""
+    file = Path(path)
+    if not file.exists():
+        return "missing"
+    if not file.is_file():
+        return "not a file"
+    try:
+        with open(file, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if head != SQLITE_HEADER:
+        return "empty (0 bytes)" if not head else "not an SQLite database"
+    if Path(f"{file}-wal").exists():  # in use by another process: its own open checks it
+        return None
+    try:  # SQLite's own structural check, immutable: no locks, no -wal/-shm left behind
+        conn = read_only(file, immutable=True)
+        try:
+            result = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        result = str(exc)
+    return None if result == "ok" else f"damaged ({result})"
+
+
+def sqlite_tables(path: str | Path) -> set[str]:
+    """The table names of a healthy SQLite file (sqlite_fault None), read without writing."""
+    conn = read_only(path, immutable=not Path(f"{path}-wal").exists())
+    try:
+        return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
 
 
 T = TypeVar("T")

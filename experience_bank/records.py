@@ -604,8 +604,14 @@ def parse_record(text: str) -> HistoricalRecord | Proposal:
 
 
 def parse_model(cls: type[Frozen], text: str, what: str | None = None) -> Frozen:
-    """Parse any record type from JSON text; BadInput on any defect."""
-    loads_strict(text)
+    """Parse any record type from JSON text; BadInput on any defect, naming `what` (a noun or a path)
+    where given, for a defect of the JSON as for one of its fields."""
+    try:
+        loads_strict(text)  # duplicate keys / NaN before validation
+    except BadInput as exc:
+        if what is None:
+            raise
+        raise BadInput(f"invalid {what}: {exc}") from None
     try:
         return cls.model_validate_json(text)
     except ValidationError as exc:

@@ -2,6 +2,7 @@
 
 They live here (not in evaluators/ or trainers/) because policies/ must read them and may
 import only experience_bank. A score of None means UNKNOWN (an evaluator error), never 0.
+The range of a run's seed lives here for the same reason: trainers/ and agent/ both check it.
 """
 
 from __future__ import annotations
@@ -10,11 +11,23 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from experience_bank.errors import BadInput
 from experience_bank.records import Frozen, Ident, Sha256
 
 Group = Literal["CAN", "WILL", "HOW"]
 Direction = Literal["higher", "lower", "change"]
 Severity = Literal["none", "mild", "moderate", "severe", "catastrophic"]
+
+MAX_SEED = 2**32 - 1
+"""The largest seed of a training run or an evaluation: transformers.set_seed seeds numpy, whose
+seeding takes 0..2**32 - 1 (torch.manual_seed overflows only past 2**64)."""
+
+
+def check_seed(seed: int) -> None:
+    """BadInput unless `seed` is a run seed in 0..MAX_SEED. A negative one is refused too: torch would
+    take it, but random.Random(-s) draws what random.Random(s) does, so two seeds would be one run."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise BadInput(f"seed {seed!r} is not an integer in 0..{MAX_SEED}: pass --seed N in that range")
 
 
 class ItemResult(Frozen):

@@ -13,8 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import graph_fakes as fakes  # noqa: E402
-from agent.run.approvals import entries, pending, verify
+from agent.run.approvals import entries, kinds, pending, verify
 from agent.run.rundir import RunDir  # noqa: E402
+from experience_bank.errors import BadInput  # noqa: E402
 
 
 def _step(run_dir: Path, approve: str, answer: dict | None = None) -> dict:
@@ -119,3 +120,27 @@ def test_a_damaged_pending_approval_is_one_line_naming_the_file_and_the_resume(t
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and said in err and f"agent run --resume {run_dir}" in err
     assert RunDir(run_dir).approval_pending_file.read_bytes() == text
+
+
+@pytest.mark.parametrize("text", [",,,", " ", "", " , "])
+def test_an_approve_value_naming_no_kind_is_refused(text):
+    """`--approve ",,,"` asked for approvals but was read as none: the run went unattended."""
+    with pytest.raises(BadInput) as info:
+        kinds(text)
+    assert str(info.value) == (f"--approve {text!r} names no kind: pass one or both of train, promote "
+                               "(e.g. --approve train,promote), or leave --approve out to run unattended")
+    assert kinds(None) == () and kinds("promote, train") == ("promote", "train")
+
+
+def test_agent_run_with_an_empty_approve_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from agent.cli.main import main  # noqa: PLC0415
+
+    def tripwire(*a, **k):
+        raise AssertionError("agent run went past its input checks")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("agent.loop.episode._world_and_bank", tripwire)
+    assert main(["run", "--approve", ",,,", "--out", "runs/ep-x", "--bank", "b.sqlite", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("agent: error: --approve ',,,' names no kind") and "train, promote" in err[0]
+    assert list(tmp_path.iterdir()) == []

@@ -290,7 +290,7 @@ def cases() -> list[Case]:
     ifeval = {k: v for k, v in jsonl_doc(prompt, "key").items() if k.startswith(parse_level)}
     out += _file_cases("eval-ifeval", ifeval, ("eval", "--model", "{ok}/parent", "--suite", "ifeval",
                                                "--data", "{case}/input.jsonl", "--n", "2"), "input.jsonl")
-    out += _bank_cases() + _model_cases() + _out_cases()
+    out += _bank_cases() + _model_cases() + _out_cases() + _flag_cases()
     return out
 
 
@@ -340,6 +340,21 @@ def _out_cases() -> list[Case]:
                                      "--out", "{case}/out"), needle="--fraction"),
         Case("eval-n-zero", ("eval", "--model", "{ok}/parent", "--suite", "ifeval", "--n", "0"), needle="--n"),
     ]
+
+
+def _flag_cases() -> list[Case]:
+    """Seeds and thread counts torch, numpy or the world refuse (or would take and mean another run):
+    refused before anything is written, not a traceback from deep inside the run."""
+    train = ("train", "--card", "{ok}/card.json", "--parent", "{ok}/parent", "--out", "{case}/out")
+    evaluate = ("eval", "--model", "{ok}/parent", "--suite", "ifeval", "--n", "2")
+    out = []
+    for name, seed in (("negative", "-1"), ("2e32", str(2**32)), ("2e64", str(2**64))):
+        out.append(Case(f"eval-seed-{name}", (*evaluate, "--seed", seed), needle="--seed"))
+        out.append(Case(f"train-seed-{name}", (*train, "--seed", seed), needle="--seed"))
+        out.append(Case(f"train-world-seed-{name}", (*train, "--world-seed", seed), needle="--world-seed"))
+    for threads in ("0", "-1"):
+        out.append(Case(f"train-threads-{threads}", (*train, "--threads", threads), needle="--threads"))
+    return out
 
 
 CASES = cases()
@@ -416,4 +431,18 @@ def test_a_ledger_line_that_is_no_entry_is_a_named_problem(tmp_path, monkeypatch
     assert main([command, "run", "--json"]) == 1
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "not a decision-ledger entry" in captured.out
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("doc", ["truncated", "dup-key", "nan", "deep-5000", "int-10e400"])
+def test_a_damaged_manifest_is_named_by_its_path(tmp_path, monkeypatch, capsys, doc):
+    """parse_model's JSON errors said only "not valid JSON (...)": the run directory has many files."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ep").mkdir()
+    manifest = tmp_path / "ep" / "manifest.json"
+    manifest.write_bytes(json_doc(json.dumps({"episode_id": "ep", "config": {"seed": 0}}), "config")[doc])
+    before = _snapshot(tmp_path)
+    assert main(["run", "--resume", str(tmp_path / "ep"), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"agent: error: invalid {manifest}: "), lines
     assert _snapshot(tmp_path) == before

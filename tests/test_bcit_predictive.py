@@ -140,7 +140,7 @@ def _listing(root):
     ([], "agent gonogo SOURCES --model OUT.json"),
     (["--gonogo-model", "missing.json"], "go/no-go model missing.json does not exist"),
     (["--gonogo-model", "bad.json"], "--gonogo-model bad.json: invalid go/no-go model"),
-    (["--gonogo-model", "cut.json"], "--gonogo-model cut.json: not valid JSON"),  # the file and the fix, not just the defect
+    (["--gonogo-model", "cut.json"], "--gonogo-model cut.json: invalid go/no-go model: not valid JSON"),  # the file and the fix, not just the defect
 ])
 def test_a_missing_or_defective_model_is_bad_input_and_writes_nothing(tmp_path, monkeypatch, capsys, extra, needle):
     monkeypatch.chdir(tmp_path)

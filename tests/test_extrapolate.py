@@ -224,7 +224,7 @@ def _listing(root):
 @pytest.mark.parametrize("extra, needle", [
     (["--extrapolation-model", "missing.json"], "extrapolation model missing.json does not exist"),
     (["--extrapolation-model", "bad.json"], "--extrapolation-model bad.json: invalid extrapolation model"),
-    (["--extrapolation-model", "cut.json"], "--extrapolation-model cut.json: not valid JSON"),
+    (["--extrapolation-model", "cut.json"], "--extrapolation-model cut.json: invalid extrapolation model: not valid JSON"),
     (["--extrapolation-model", "tenth.json"], "fitted at trial fractions [0.1], the run's trials stop at 0.2"),
 ])
 def test_a_missing_defective_or_mismatched_model_is_bad_input_and_writes_nothing(tmp_path, monkeypatch, capsys,

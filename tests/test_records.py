@@ -90,3 +90,17 @@ def test_records_are_frozen():
     with pytest.raises(Exception):
         r.evidence = None
     assert isinstance(r, HistoricalRecord) and card().id == "S01"
+
+
+@pytest.mark.parametrize("text, defect", [("{", "not valid JSON"), ('{"seq": 1, "seq": 2}', "duplicate JSON key"),
+                                          ('{"seq": NaN}', "NaN"), ("[" * 5000 + "]" * 5000, "nested 5000 levels")])
+def test_a_json_defect_names_what_was_parsed(text, defect):
+    """`parse_model(cls, text, what)` named `what` for a field's defect but not for the JSON's own:
+    `agent audit RUN` said "not valid JSON (...)" without saying which of the run's files."""
+    with pytest.raises(BadInput) as info:
+        parse_model(Event, text, "runs/ep/events/3.json")
+    assert str(info.value).startswith("invalid runs/ep/events/3.json: ") and defect in str(info.value)
+    assert "\n" not in str(info.value)
+    with pytest.raises(BadInput) as info:  # no label: the caller names the source itself
+        parse_model(Event, text)
+    assert str(info.value).startswith(("not valid JSON", "duplicate", "JSON"))

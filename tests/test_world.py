@@ -87,3 +87,24 @@ def test_world_cli_is_registered_and_refuses_unknown_cards(tmp_path, monkeypatch
     assert args.func.__name__ == "cmd_seed_bank"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["world", "build", "--size", "huge"])
+
+
+@pytest.mark.parametrize("argv", [["world", "build", "--size", "test"],
+                                  ["world", "seed-bank", "--size", "test", "--bank", "b.sqlite"]])
+@pytest.mark.parametrize("threads", ["0", "-1"])
+def test_a_thread_count_below_one_is_refused_before_the_world(tmp_path, monkeypatch, capsys, argv, threads):
+    """--threads -1 was a traceback from torch.set_num_threads (after the world was loaded or built);
+    --threads 0 was silently taken."""
+    from agent.cli.main import main
+
+    def tripwire(*a, **k):
+        raise AssertionError("the world was loaded before --threads was checked")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("agent.cli.world.ensure_world", tripwire)
+    assert main([*argv, "--threads", threads]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"agent: error: --threads {threads} is refused (Input should be greater than or equal to 1): "
+                   "pass how many CPU threads torch may use, e.g. --threads 1"]
+    assert list(tmp_path.iterdir()) == []

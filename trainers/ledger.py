@@ -22,11 +22,13 @@ import math
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import sqlite_utils
 
 from experience_bank.errors import BadInput
+from experience_bank.files import sqlite_fault, sqlite_tables
 from experience_bank.records import CandidateCard
 from experience_bank.results import TrainResult
 from trainers.steps import MAX_TRIAL_FRACTION, trial_steps
@@ -115,6 +117,7 @@ class Ledger:
     """Append-only charges of device-hours, one per (episode_id, key)."""
 
     def __init__(self, path: str):
+        """Open the ledger at `path`, made where there is none (a new run's); `existing` for a run's."""
         self.db = sqlite_utils.Database(memory=True) if path == ":memory:" else sqlite_utils.Database(path)
         if "charges" not in self.db.table_names():
             self.db["charges"].create(_SCHEMA, pk=("episode_id", "key"), not_null=set(_SCHEMA))
@@ -123,6 +126,19 @@ class Ledger:
                                 f"BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END")
         elif "cached" not in self.db["charges"].columns_dict:  # a ledger written before the run cache
             self.db["charges"].add_column("cached", int, not_null_default=0)
+
+    @classmethod
+    def existing(cls, path: str | Path) -> "Ledger":
+        """The ledger a run wrote, refused where it is missing, not SQLite, damaged or holds no charges:
+        opening such a path would make an empty ledger in its place, and everything that reads it
+        would then say nothing was spent."""
+        fault = sqlite_fault(path)
+        if fault is None and "charges" not in sqlite_tables(path):
+            fault = "an SQLite database without a charges table"
+        if fault is not None:
+            raise BadInput(f"ledger {path} is {fault}: restore it from a copy (a run's charges, the budget it spent, "
+                           "cannot be rebuilt)")
+        return cls(str(path))
 
     def charge(self, episode_id: str, key: str, *, kind: str, device_hours: float, wall_seconds: float,
                devices: int = 1, detail: str = "", cached: bool = False) -> dict:

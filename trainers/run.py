@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.records import CandidateCard
-from experience_bank.results import Snapshot, TrainResult
+from experience_bank.results import Snapshot, TrainResult, check_seed
 from trainers import checkpoint as ckpt
 from trainers import grpo, sft
 from trainers.sanity import run_checks
@@ -330,6 +330,7 @@ def train(card: CandidateCard, parent_dir: str, examples: Sequence[dict], *, out
     `snapshots`: (share, step) pairs (trainers.steps.curve_steps) at which the model is also saved,
     as result.snapshots, for a trial's curve.
     """
+    check_seed(seed)  # first: set_seed would refuse it only after the work directory holds this run_key
     out = Path(out_dir).resolve()
     if threads:  # before the cache: a served run leaves the process as a trained one would
         torch.set_num_threads(threads)

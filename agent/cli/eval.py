@@ -14,18 +14,20 @@ from pathlib import Path
 
 from agent.inputs import check_model_dir, check_out_dir
 from experience_bank.errors import BadInput
+from experience_bank.results import check_seed
 from evaluators import loaders
 from evaluators.tasks import SPLITS, TASKS
 from trainers.checkpoint import adapter_of
 
 
 def check_inputs(args) -> None:
-    """What can be checked before a folder is made: the model folder, --out, --n (the --data loaders
-    check their own files, evaluators/loaders.py)."""
+    """What can be checked before a folder is made: the model folder, --out, --n, --seed (the --data
+    loaders check their own files, evaluators/loaders.py)."""
     if args.n is not None and args.n < 1:
         raise BadInput(f"--n {args.n} must be at least 1")
     if args.batch_size < 1:
         raise BadInput(f"--batch-size {args.batch_size} must be at least 1")
+    check_seed(args.seed)
     if args.backend == "transformers":
         if not Path(args.model).is_dir():
             raise BadInput(f"--model {args.model} is not a local model folder: give a folder saved by "

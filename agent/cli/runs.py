@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from experience_bank.errors import BadInput
@@ -61,11 +62,7 @@ def describe(run_dir: Path) -> dict[str, Any]:
 
     rd = RunDir(run_dir)
     manifest = rd.manifest()
-    spent = 0.0
-    if rd.ledger_file.is_file():
-        from trainers.ledger import Ledger  # noqa: PLC0415
-
-        spent = Ledger(str(rd.ledger_file)).spent(manifest.episode_id)
+    spent = rd.read_ledger().spent(manifest.episode_id)
     promotions = read_pointer(run_dir).promotions if rd.parent_file.is_file() else 0
     state = episode_state(rd)
     return {"id": rd.episode_id, "state": state, "policy": manifest.config.policy,
@@ -88,7 +85,7 @@ def _row(run_dir: Path) -> dict[str, Any]:
     """describe(), or a row that names what is damaged: one bad run must not hide the others."""
     try:
         return describe(run_dir)
-    except (BadInput, OSError, ValueError, KeyError) as exc:
+    except (BadInput, OSError, ValueError, KeyError, sqlite3.Error) as exc:
         return {"id": run_dir.name, "state": "unreadable", "policy": "-", "world": "-", "spent_h": 0.0,
                 "budget_h": 0.0, "promotions": 0, "path": str(run_dir), "resume": None,
                 "error": f"{type(exc).__name__}: {exc}"[:200]}

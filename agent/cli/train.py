@@ -17,9 +17,12 @@ import argparse
 import json
 from pathlib import Path
 
+from agent.cli.world import check_threads
 from agent.inputs import check_model_dir, check_out_dir, read_jsonl, read_text
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard, parse_model
+from experience_bank.results import check_seed
+from agent.world.embedded import check_world_seed
 from agent.world.examples import card_examples, card_rewards, filtered_examples, parent_generator
 from trainers.data import build_examples
 
@@ -80,7 +83,8 @@ def _pools_from_files(card: CandidateCard, specs) -> dict[str, list[dict]]:
 
 
 def check_inputs(args) -> CandidateCard:
-    """The card, the parent folder, --out and --resume-from, checked before the trainer writes anything."""
+    """The card, the parent folder, the seeds, --threads, --out and --resume-from, checked before the
+    trainer writes anything."""
     if not Path(args.card).is_file():
         raise BadInput(f"card file {args.card} does not exist: pass --card CARD.json")
     text = read_text(args.card, "card file")
@@ -90,6 +94,9 @@ def check_inputs(args) -> CandidateCard:
         raise BadInput(f"card file {args.card}: {exc}") from None
     if not 0.0 < args.fraction <= 1.0:
         raise BadInput(f"--fraction {args.fraction} must be in (0, 1]: 0.2 is a trial, 1 the full run")
+    check_seed(args.seed)
+    check_world_seed(args.world_seed)
+    check_threads(args.threads)
     if not Path(args.parent).is_dir():
         raise BadInput(f"--parent {args.parent} is not a model folder: give a folder saved by save_pretrained")
     check_model_dir(args.parent, "--parent")

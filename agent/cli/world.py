@@ -12,8 +12,11 @@ import json
 import os
 import sys
 import time
+from typing import Annotated
 
-from agent.config import build_config
+from pydantic import TypeAdapter, ValidationError
+
+from agent.config import RunConfig, build_config
 from agent.progress import reporter
 from agent.world.embedded import ensure_world
 from agent.world.factory import seed_cards, world_for
@@ -54,12 +57,29 @@ def register(sub) -> None:
     seed.set_defaults(func=cmd_seed_bank)
 
 
+_THREADS = TypeAdapter(Annotated[int, RunConfig.model_fields["torch_threads"]], config=RunConfig.model_config)
+"""`agent run`'s torch_threads field, validated on its own: one rule for the count of every --threads."""
+
+
+def check_threads(threads: int | None) -> None:
+    """--threads (None: torch's own count) before anything runs: torch.set_num_threads refuses a
+    negative count only with a traceback, once a world or a run has started, and 0 was read as None."""
+    if threads is None:
+        return
+    try:
+        _THREADS.validate_python(threads)
+    except ValidationError as exc:
+        raise BadInput(f"--threads {threads} is refused ({exc.errors()[0]['msg']}): pass how many CPU threads "
+                       "torch may use, e.g. --threads 1") from None
+
+
 def _progress(what: str):
     """A live bar on a terminal; redirected (a log, nohup), a line per tenth of each phase on stderr."""
     return reporter(what, False, lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def cmd_build(args) -> int:
+    check_threads(args.threads)
     t0 = time.monotonic()
     with _progress(f"world {args.size}") as progress:
         world = ensure_world(args.size, world_seed=args.world_seed, progress=progress, threads=args.threads)
@@ -75,6 +95,7 @@ def cmd_build(args) -> int:
 def cmd_seed_bank(args) -> int:
     from agent.world.seed_bank import build_seed_bank  # noqa: PLC0415 (sqlite_utils)
 
+    check_threads(args.threads)
     if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)
         os.environ["AGENT_NO_CACHE"] = "1"
     cards = tuple(c.strip() for c in args.cards.split(",")) if args.cards else None

@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from experience_bank import files
+from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json
 from experience_bank.records import parse_model
 from experience_bank.results import SuiteResult
 from experience_bank.runcache import provenance, was_cached
+from trainers.ledger import CostModel
 
-from agent.loop.state import Ctx
-from agent.run.manifest import ENDPOINT_SPLIT
+from agent.loop.state import Ctx, cost_model
+from agent.run.manifest import ENDPOINT_SPLIT, Cost
 
 def once(path: Path, compute: Callable[[], Any], cls: type) -> Any:
     """The record stored at `path`, or compute it and store it (atomically) first."""
@@ -32,10 +34,24 @@ def spent(ctx: Ctx) -> float:
     return round(ctx.ledger.spent(ctx.episode_id), 9)
 
 
+def endpoint_estimate(cost: CostModel) -> float:
+    """Device-hours the final parent's test evaluation is estimated at (one model, one split)."""
+    return cost.estimate_eval(1)
+
+
+def check_budget(budget_h: float, cost: Cost) -> None:
+    """A budget must pay for the final parent's test evaluation, which every episode ends with and
+    every decision keeps back (endpoint_reserve): a smaller one would be overspent by it."""
+    need = endpoint_estimate(cost_model(cost))
+    if budget_h < need:
+        raise BadInput(f"--episode-budget {budget_h:g} device-hours does not pay for the final test evaluation "
+                       f"({need:g} device-hours, eval_device_hours): give at least {need:g}gpuh")
+
+
 def endpoint_reserve(ctx: Ctx) -> float:
     """Device-hours kept back for the final parent's test evaluation until it is charged."""
     paid = ctx.ledger.get(ctx.episode_id, f"endpoint:{ENDPOINT_SPLIT}") is not None
-    return 0.0 if paid else ctx.cost.estimate_eval(1)
+    return 0.0 if paid else endpoint_estimate(ctx.cost)
 
 
 def fits(ctx: Ctx, estimate_h: float) -> bool:

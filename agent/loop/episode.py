@@ -20,6 +20,7 @@ from typing import Any
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import RunConfig
+from agent.loop.charges import check_budget
 from agent.loop.graph import build_graph
 from agent.run.audit import RunAudit
 from agent.run import extrapolation_model
@@ -43,7 +44,7 @@ from policies import POLICIES
 from trainers.launch import check_launch
 from agent.loop.ports import WorldPorts
 from agent.loop.proposer import Allowlist, load_proposals
-from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest
+from agent.run.manifest import Evaluators, ModelAt, WorldId, build_manifest, cost_of
 from agent.run.promotion import init_parent
 from agent.views.tracking import tracked
 from agent.world.seed_bank import build_seed_bank, foreign_seed_bank
@@ -104,6 +105,7 @@ def check_inputs(cfg: RunConfig) -> float:
     """Every check that needs no writing; BadInput names the problem and the fix."""
 
     budget_h = parse_budget(cfg.episode_budget)
+    check_budget(budget_h, cost_of(cfg))
     if cfg.policy not in POLICIES:
         raise BadInput(f"unknown policy {cfg.policy!r}: choose one of {', '.join(POLICIES)}")
     if cfg.proposer == "openai" and not (cfg.base_url and cfg.model):
@@ -134,6 +136,7 @@ def run_episode(cfg: RunConfig, resume: str | None = None, say=print, answer: di
     if resume:
         run_dir = _run_dir(cfg, resume)
         manifest = run_dir.manifest()
+        run_dir.check_resumable(manifest)
         cfg = manifest.config.model_copy(update={"quiet": True}) if cfg.quiet else manifest.config
     else:
         budget_h = check_inputs(cfg)

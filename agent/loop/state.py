@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol, TypedDict
 from experience_bank.records import CandidateCard, CurrentContext, Decision, Event, Features, HistoricalRecord, ModelRef, Proposal
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from trainers.ledger import CostModel, Ledger
-from agent.run.manifest import Manifest
+from agent.run.manifest import Cost, Manifest
 from agent.run.rundir import RunDir
 
 
@@ -169,5 +169,9 @@ class Ctx:
     @property
     def cost(self) -> CostModel:
         """The frozen cost model every charge and estimate is computed under."""
-        c = self.manifest.cost
-        return CostModel(kind=c.mode, devices=c.devices, eval_device_hours=c.eval_device_hours)
+        return cost_model(self.manifest.cost)
+
+
+def cost_model(c: Cost) -> CostModel:
+    """The ledger's cost model of a manifest's frozen cost record."""
+    return CostModel(kind=c.mode, devices=c.devices, eval_device_hours=c.eval_device_hours)

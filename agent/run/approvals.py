@@ -58,8 +58,12 @@ class Answer(Frozen):
 
 
 def kinds(text: str | None) -> tuple[str, ...]:
-    """The config's `approve` value as kinds; BadInput on an unknown one."""
+    """The config's `approve` value as kinds; BadInput on an unknown one, and on a value that names
+    none (",", " "): approvals were asked for, so running unattended would ignore the request."""
     out = tuple(k.strip() for k in (text or "").split(",") if k.strip())
+    if text is not None and not out:
+        raise BadInput(f"--approve {text!r} names no kind: pass one or both of {', '.join(KINDS)} "
+                       "(e.g. --approve train,promote), or leave --approve out to run unattended")
     for k in out:
         if k not in KINDS:
             raise BadInput(f"--approve {text!r}: {k!r} is not one of {', '.join(KINDS)} (e.g. --approve train,promote)")

@@ -236,6 +236,11 @@ class Manifest(Frozen):
     """Content hash of every other field."""
 
 
+def cost_of(config: RunConfig) -> Cost:
+    """The cost model a run of `config` freezes in its manifest."""
+    return Cost(mode=config.cost_mode, devices=config.devices, eval_device_hours=config.eval_device_hours)
+
+
 def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initial: ModelAt, world: WorldId,
                    library_version: int, candidate_hashes: list[str], evaluators: Evaluators,
                    datasets: dict[str, str], allowlist: dict[str, Any], gonogo: GoNoGoInfo | None = None,
@@ -254,7 +259,7 @@ def build_manifest(*, episode_id: str, config: RunConfig, budget_h: float, initi
         "gate": uniform_gate_config(ifeval_max_drop_pp=c["gate_ifeval_drop_pp"], min_gain_pp=c["gate_min_gain_pp"],
                                    kappa_pp=c["gate_kappa_pp"], alpha=c["gate_alpha"]).model_dump(mode="json"),
         "evaluators": evaluators.model_dump(mode="json"), "data_roles": datasets,
-        "cost": {"mode": c["cost_mode"], "devices": c["devices"], "eval_device_hours": c["eval_device_hours"]},
+        "cost": cost_of(config).model_dump(mode="json"),
         "stop": {"max_consecutive_rejections": c["max_consecutive_rejections"], "max_candidates": c["max_candidates"]},
         "torch_threads": c["torch_threads"], "launcher": c["launcher"],
         "proposer": {"kind": c["proposer"], "base_url": c["base_url"], "model": c["model"], "allowlist": allowlist},

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experience_bank.errors import BadInput
-from experience_bank.files import write_atomic
+from experience_bank.files import sqlite_fault, write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.records import ActedTrial, parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
+from trainers.ledger import Ledger
 from agent.run.manifest import Manifest, parse_manifest
 from agent.run.report_inputs import ReportInputs
 
@@ -143,6 +144,38 @@ class RunDir:
     def started(self) -> bool:
         """Whether an episode was frozen here (its manifest exists)."""
         return self.manifest_file.is_file()
+
+    def graph_started(self) -> bool:
+        """Whether the graph ran its first node (propose writes proposals.json). Its checkpoints and
+        its ledger are written before that node, so from then on a run without them has lost its
+        history; before it, a killed run has neither yet and simply starts."""
+        return self.proposals_file.exists()
+
+    def read_ledger(self) -> Ledger:
+        """The run's ledger as the run wrote it (`Ledger.existing`: refused where it is missing after
+        the graph started, empty, not SQLite or damaged, so that no reader writes an empty ledger in its
+        place and reports nothing spent). A run that has none yet has spent nothing: an empty one."""
+        if not self.ledger_file.exists() and not self.graph_started():
+            return Ledger(":memory:")
+        return Ledger.existing(self.ledger_file)
+
+    def check_resumable(self, manifest: Manifest) -> None:
+        """A started run resumes as itself, with its history, or not at all (nothing written):
+        - the directory's name is its episode id (the bank's episode, the ledger's charges and the
+          checkpoints' thread are keyed by it), so a copy or a rename would run the whole episode
+          again under a new id, paying for everything twice;
+        - after the graph's first node its checkpoints and its ledger must be there and sound: without
+          the checkpoints the graph would start again from its first node, without the ledger every
+          charge (the budget spent) would be forgotten."""
+        if manifest.episode_id != self.episode_id:
+            raise BadInput(f"{self.path} holds episode {manifest.episode_id!r} (its manifest), and a run directory's "
+                           f"name is its episode id: resume it as {self.path.with_name(manifest.episode_id)}, or start a "
+                           "new run with another --out")
+        fault = sqlite_fault(self.checkpoints_file)
+        if fault is not None and (self.graph_started() or fault not in ("missing", "empty (0 bytes)")):
+            raise BadInput(f"{self.checkpoints_file} (the run's graph checkpoints) is {fault}: restore it from a copy to "
+                           "resume, or start a new run with another --out")
+        self.read_ledger()
 
     # --- the manifest ------------------------------------------------------------------
     def freeze(self, manifest: Manifest) -> None:

@@ -23,7 +23,6 @@ from evaluators.heatmap import legend, write_heatmap
 from experience_bank.errors import BadInput
 from experience_bank.records import Event
 from experience_bank.results import GateCheck, GateVerdict, SuiteResult
-from trainers.ledger import Ledger
 
 from agent.run.manifest import ENDPOINT_SPLIT, Manifest
 from agent.run.report_inputs import Compatibility, RefitSummary, ReportInputs
@@ -262,7 +261,7 @@ def _gonogo_sections(rd: RunDir, manifest: Manifest, events: list[Event], inputs
 def sections(rd: RunDir, inputs: ReportInputs) -> list[Section]:
     """Every section of the report, computed once for both renderings."""
     manifest, events = rd.manifest(), list(inputs.events)
-    ledger = Ledger(str(rd.ledger_file))
+    ledger = rd.read_ledger()
     spent, budget = ledger.spent(rd.episode_id), manifest.budget_device_hours
     version = "–" if inputs.library_version is None else inputs.library_version
     summary = (f"Manifest {inputs.manifest_hash[:16]}; stopped: {inputs.stop_reason}; "
