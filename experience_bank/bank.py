@@ -358,7 +358,9 @@ class Bank:
             old = db.execute("SELECT manifest_hash, library_version FROM episodes WHERE episode_id = ?",
                              [episode_id]).fetchone()
             if old is not None and tuple(old) != (manifest_hash, library_version):
-                raise BadInput(f"episode {episode_id!r} already exists with another manifest or library version")
+                raise BadInput(f"episode {episode_id!r} already exists in this bank with another manifest or library "
+                               "version: a run directory's name is its episode id, so give --out a new name (or "
+                               f"`agent run --resume` the run named {episode_id})")
             if old is None:
                 genesis = integrity.episode_genesis(episode_id, manifest_hash, library_version)
                 db.execute("INSERT INTO episodes (episode_id, manifest_hash, library_version, genesis, started_at) "

@@ -307,8 +307,11 @@ def fit(runs: Sequence[PairedRun], *, min_runs: int = MIN_RUNS, choice: Choice =
         footing: Footing | None = None) -> Fit:
     """Per (method, adapter), per method and pooled: every group with at least `min_runs` runs; the
     short readings on one footing for every run (policies.curves.footing_of; `footing` forces one)."""
-    if len(runs) < min_runs or min_runs < 3:
-        raise BadInput(f"extrapolation needs at least {max(min_runs, 3)} paired runs (min_runs >= 3), got {len(runs)}: "
+    if min_runs < 3:
+        raise BadInput(f"min_runs {min_runs} is below 3, the fewest runs a group's fit and its leave-one-out "
+                       "need: pass --min-runs 3 or more")
+    if len(runs) < min_runs:
+        raise BadInput(f"extrapolation needs at least {min_runs} paired runs (min_runs), got {len(runs)}: "
                        "pass more executed retrospective cells")
     footing, note = footing_of(runs, footing)
     runs = _seated(runs, footing)

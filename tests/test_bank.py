@@ -156,7 +156,7 @@ def test_episode_argument_errors(mem_bank):
     with pytest.raises(BadInput, match="no library version 3"):
         mem_bank.start_episode("E1", sha("m"), 3)
     mem_bank.start_episode("E1", sha("m"), 0)
-    with pytest.raises(BadInput, match="already exists"):
+    with pytest.raises(BadInput, match="already exists .* give --out a new name .*`agent run --resume` the run named E1"):
         mem_bank.start_episode("E1", sha("other"), 0)
 
 

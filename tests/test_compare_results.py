@@ -314,6 +314,11 @@ def test_the_report_command_does_not_ask_for_a_go_no_go_model(tmp_path, monkeypa
     argv = ["compare", "--policies", "bcit,bcit_predictive", "--seeds", "1", "--out", str(tmp_path / "o"),
             "--results", str(tmp_path / "r")]
     assert main(argv) == 2 and "needs a fitted go/no-go model" in capsys.readouterr().err
+    assert main(argv + ["--report"]) == 2  # no results directory yet: one line, before any progress
+    assert capsys.readouterr().err.splitlines() == [
+        f"agent: error: --results {tmp_path / 'r'} is no directory, so there are no finished episodes to report: "
+        "pass the --results DIR a comparison wrote"]
+    (tmp_path / "r").mkdir()
     assert main(argv + ["--report"]) == 2
     err = capsys.readouterr().err
     assert "needs a fitted go/no-go model" not in err and "no pair to report" in err

@@ -98,6 +98,9 @@ def test_a_small_group_falls_back_and_says_so():
     assert predict(f, runs[0].curve, method="sft", adapter="full").fallback is None
     with pytest.raises(BadInput, match="at least 4 paired runs"):
         fit(runs[:3])
+    for low in (-5, 0, 2):  # the option is named, not the data: 23 runs are plenty
+        with pytest.raises(BadInput, match=f"^min_runs {low} is below 3.*pass --min-runs 3 or more$"):
+            fit(runs, min_runs=low)
 
 
 def test_the_guard_check_reports_the_raw_reading_and_the_extrapolation():

@@ -25,6 +25,12 @@ def test_parse_budget_refuses_nonsense(text):
         parse_budget(text)
 
 
+def test_a_budget_just_past_the_cap_says_so():
+    """%g once printed 1000001 h as "1e+06 device-hours: ... at most 1e+06", which hid the reason."""
+    with pytest.raises(BadInput, match=r"^budget '1000001h' is 1,000,001 device-hours: give more than 0 and at most 1,000,000$"):
+        parse_budget("1000001h")
+
+
 @given(st.integers(min_value=1, max_value=10**6))
 def test_minutes_are_sixtieths_of_hours(n):
     assert parse_budget(f"{n}m") == pytest.approx(n / 60)

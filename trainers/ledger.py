@@ -45,7 +45,7 @@ def parse_budget(text: str) -> float:
         raise BadInput(f"budget {text!r} is not a positive amount with a unit: write e.g. 36gpuh, 2.5h or 90m")
     hours = float(match.group(1)) * _PER_HOUR[match.group(2).lower()]
     if not 0.0 < hours <= MAX_BUDGET_HOURS:
-        raise BadInput(f"budget {text!r} is {hours:g} device-hours: give more than 0 and at most {MAX_BUDGET_HOURS:g}")
+        raise BadInput(f"budget {text!r} is {hours:,.10g} device-hours: give more than 0 and at most {MAX_BUDGET_HOURS:,.0f}")
     return hours
 
 

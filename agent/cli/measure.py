@@ -198,6 +198,9 @@ def cmd_compare(args) -> int:
 
     if args.report and not args.results:
         raise BadInput("--report reads the finished episodes of a results directory: pass --results DIR")
+    if args.report and not Path(args.results).is_dir():
+        raise BadInput(f"--results {args.results} is no directory, so there are no finished episodes to report: "
+                       "pass the --results DIR a comparison wrote")
     cfg = build_config(args.config)
     from agent.run import extrapolation_model  # noqa: PLC0415 (scipy)
     from agent.run.gonogo_model import LIBRARY, read_model  # noqa: PLC0415 (scikit-learn)
