@@ -92,6 +92,15 @@ SFT = (RECIPES / "trl_sft_sql.yaml").read_text()
     ((RECIPES / "llamafactory_lora_sft.yaml").read_text().replace("lora_rank: 8", "lora_rank: eight"),
      "lora_rank = 'eight' is not a int"),
     ((RECIPES / "llamafactory_lora_sft.yaml").read_text() + "lora_dropout: 0.1\n", "unknown key 'lora_dropout'"),
+    # the key the user wrote, not a card field derived from it (data.n_examples)
+    (SFT.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 0"),
+     "per_device_train_batch_size = 0: set it to 1 or more"),
+    ((RECIPES / "llamafactory_lora_sft.yaml").read_text().replace("gradient_accumulation_steps: 2",
+                                                                 "gradient_accumulation_steps: -2"),
+     "gradient_accumulation_steps = -2: set it to 1 or more"),
+    (SFT.replace("max_steps: 8", "max_steps: 99999999999999999999"),
+     "n_examples (from max_steps x the batch (per_device_train_batch_size x gradient_accumulation_steps)): "
+     "Input should be less than or equal to 1000000"),
 ])
 def test_a_bad_recipe_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, text, says):
     out = tmp_path / "cards"

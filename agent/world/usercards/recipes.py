@@ -215,7 +215,7 @@ def _from_trl(raw: dict, method: str, where: str) -> tuple[dict, dict, list]:
     card["steps"], mapped["max_steps"] = steps, "budget.steps"
     if "num_train_epochs" in raw:  # transformers: max_steps > 0 overrides it
         mapped["num_train_epochs"] = "budget.steps (max_steps overrides it)"
-    batch = raw.get("per_device_train_batch_size", 8) * raw.get("gradient_accumulation_steps", 1)
+    batch = _batch(raw, where, default=8)  # TRL's per-device default
     card["batch"] = batch
     mapped |= {k: "hparams.batch_size" for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
                if k in raw}
@@ -291,7 +291,7 @@ def _from_llamafactory(raw: dict, where: str) -> tuple[dict, dict, list]:
     ids = [d.strip() for d in _need(raw, "dataset", where, "name the world's pools, e.g. dataset: sql/target/train")
            .split(",")]
     card["datasets"], mapped["dataset"] = ids, "data.mix"
-    batch = raw.get("per_device_train_batch_size", 1) * raw.get("gradient_accumulation_steps", 1)
+    batch = _batch(raw, where, default=1)  # LlamaFactory's
     card["batch"] = batch
     mapped |= {k: "hparams.batch_size" for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
                if k in raw}
@@ -313,6 +313,30 @@ def _from_llamafactory(raw: dict, where: str) -> tuple[dict, dict, list]:
     if "warmup_ratio" in raw:
         card["warmup"], mapped["warmup_ratio"] = float(raw["warmup_ratio"]), "hparams.warmup_ratio"
     return card, mapped, owned
+
+
+def _batch(raw: dict, where: str, default: int) -> int:
+    """The card's batch: per_device_train_batch_size x gradient_accumulation_steps, each at least 1 (a 0
+    would surface later as a derived field, data.n_examples, that the recipe never names)."""
+    sizes = {"per_device_train_batch_size": raw.get("per_device_train_batch_size", default),
+             "gradient_accumulation_steps": raw.get("gradient_accumulation_steps", 1)}
+    for key, value in sizes.items():
+        if value < 1:
+            raise BadInput(f"{where}: {key} = {value}: set it to 1 or more")
+    return math.prod(sizes.values())
+
+
+DERIVED = {"n_examples": "max_steps x the batch (per_device_train_batch_size x gradient_accumulation_steps)"}
+"""Card fields computed from several recipe keys where the recipe sets none directly (max_samples)."""
+
+
+def _named(loc: str, mapped: dict[str, str]) -> str:
+    """The recipe keys that set the card field `loc` (a dotted path from the card, or from the record
+    inside it that refused), for a refusal to name what the user wrote."""
+    field = loc.rsplit(".", 1)[-1]
+    fields = {k: to.split(" ")[0] for k, to in mapped.items()}  # "budget.steps (max_steps overrides it)"
+    keys = [k for k, to in fields.items() if to == loc or to.endswith("." + loc)]
+    return f" (from {', '.join(keys)})" if keys else f" (from {DERIVED[field]})" if field in DERIVED else ""
 
 
 # --- the card -------------------------------------------------------------------------------
@@ -387,7 +411,8 @@ def import_recipe(path: str | Path, world, *, family: str | None = None, targets
                       family=recipe.family, device_hours=device_hours, nu=nu)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise BadInput(f"{where}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+        loc = ".".join(str(p) for p in err["loc"])
+        raise BadInput(f"{where}: {loc}{_named(loc, recipe.mapped)}: {err['msg']}") from None
     needs = Needs(datasets=tuple(m.dataset.id for m in card.data.mix), runtime=runtime_of(card),
                   output_protocol=OUTPUT_PROTOCOL[recipe.family])
     proposal = Proposal(card=card, applicability=applicability(card, world, needs), provenance=Provenance(
