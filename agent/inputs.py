@@ -102,7 +102,7 @@ def check_bank_file(path: str | Path) -> None:
     tables) before any refusal. An SQLite file with no tables at all has nothing to lose."""
     fault = sqlite_fault(path)
     if fault is None:
-        tables = sqlite_tables(path)
+        tables = sqlite_tables(path)  # None: in use, its own open checks it
         if tables and not BANK_TABLES <= tables:
             raise BadInput(f"bank {path} is an SQLite database but not an experience bank (its tables: "
                            f"{', '.join(sorted(tables)[:6])}): give the path of a bank made by `agent bank init`, or a new path")

@@ -90,11 +90,17 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file (sqlite.org/fileformat.html)."""
 
 
+def _in_use(file: Path) -> bool:
+    """A -wal or -journal beside the file: a writer is at work, or died mid-write. Only a writer's own
+    open may read it then (and recover a hot journal); a read-only one may fail or read torn pages."""
+    return Path(f"{file}-wal").exists() or Path(f"{file}-journal").exists()
+
+
 def sqlite_fault(path: str | Path) -> str | None:
     """Why the file at `path` is no SQLite database to open ("missing", "not a file", "empty (0 bytes)",
     "not an SQLite database", "damaged (...)", "unreadable (...)"), or None. Checked before any open:
     sqlite3.connect makes a missing or 0-byte file a new empty database, and a writer's open would then
-    migrate it, so the caller's refusal would come after the damage."""
+    migrate it, so the caller's refusal would come after the damage. A file in use gets the header check only."""
     file = Path(path)
     if not file.exists():
         return "missing"
@@ -107,7 +113,7 @@ def sqlite_fault(path: str | Path) -> str | None:
         return f"unreadable ({exc.strerror})"
     if head != SQLITE_HEADER:
         return "empty (0 bytes)" if not head else "not an SQLite database"
-    if Path(f"{file}-wal").exists():  # in use by another process: its own open checks it
+    if _in_use(file):
         return None
     try:  # SQLite's own structural check, immutable: no locks, no -wal/-shm left behind
         conn = read_only(file, immutable=True)
@@ -120,9 +126,12 @@ def sqlite_fault(path: str | Path) -> str | None:
     return None if result == "ok" else f"damaged ({result})"
 
 
-def sqlite_tables(path: str | Path) -> set[str]:
-    """The table names of a healthy SQLite file (sqlite_fault None), read without writing."""
-    conn = read_only(path, immutable=not Path(f"{path}-wal").exists())
+def sqlite_tables(path: str | Path) -> set[str] | None:
+    """The table names of a sound SQLite file (sqlite_fault None), read without writing; None for a
+    file in use, which only its writer's open can read."""
+    if _in_use(Path(path)):
+        return None
+    conn = read_only(path, immutable=True)
     try:
         return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:

@@ -100,3 +100,31 @@ def test_charge_run_uses_the_cost_model():
     ledger, c = Ledger(":memory:"), card("sft", steps=20)
     row = ledger.charge_run("E1", "trial:T", c, _result(steps=4, wall=3.0, trial=True), CostModel("nominal"))
     assert row["kind"] == "trial" and row["device_hours"] == pytest.approx(0.4) and row["wall_seconds"] == 3.0
+
+
+def test_a_ledger_killed_mid_write_is_read_as_committed_not_refused(tmp_path):
+    """kill -9 inside a charge's transaction leaves a hot journal beside the ledger, with uncommitted
+    pages in the file. Ledger.existing (what a resume and `agent runs ls` read it through) must not
+    refuse it: with a journal beside it, it checks the header only (a read-only open may fail on a
+    hot journal or read the torn pages), and the writer's open rolls it back to the committed charges."""
+    import os
+    import sqlite3
+
+    from trainers.ledger import Ledger
+
+    path = tmp_path / "ledger.sqlite"
+    first = Ledger(str(path))
+    first.charge("e", "k", kind="eval", device_hours=0.1, wall_seconds=1.0)
+    first.db.conn.close()
+    pid = os.fork()
+    if pid == 0:  # a writer whose uncommitted pages spill into the file, then dies
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA cache_size = 1")
+        conn.execute("BEGIN IMMEDIATE")
+        for i in range(3000):
+            conn.execute("INSERT INTO charges VALUES ('e', ?, 'eval', 0.1, 1, 1, ?, 0, 0)", [f"k{i}", "x" * 200])
+        os._exit(9)
+    os.waitpid(pid, 0)
+    assert (tmp_path / "ledger.sqlite-journal").exists()
+    assert Ledger.existing(path).spent("e") == pytest.approx(0.1)
+    assert not (tmp_path / "ledger.sqlite-journal").exists()

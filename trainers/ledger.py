@@ -133,7 +133,7 @@ class Ledger:
         opening such a path would make an empty ledger in its place, and everything that reads it
         would then say nothing was spent."""
         fault = sqlite_fault(path)
-        if fault is None and "charges" not in sqlite_tables(path):
+        if fault is None and "charges" not in (sqlite_tables(path) or {"charges"}):  # None: in use, opened as it is
             fault = "an SQLite database without a charges table"
         if fault is not None:
             raise BadInput(f"ledger {path} is {fault}: restore it from a copy (a run's charges, the budget it spent, "
