@@ -461,18 +461,22 @@ def _tensors(d: Path) -> dict:
     return {k: v.double() for f in weight_files(d) for k, v in load_file(f).items()}
 
 
-def _parent_dir(folder: Path, model: Path) -> Path | None:
+def _parent_dir(folder: Path, model: Path, shas: dict[Path, str]) -> Path | None:
     """The model that `model` (a child, or a curve snapshot inside one) was trained from: its run's
-    result.json names the parent's hash, found among the run's models and the episode's rollback."""
+    result.json names the parent's hash, found among the run's models (`shas`: _models(folder)) and
+    the episode's rollback."""
     from trainers.checkpoint import RESULT_FILE, weights_sha256
 
     run = next((d for d in (model, *model.parents) if (d / RESULT_FILE).is_file()), None)
     if run is None:
         return None
     sha = json.loads((run / RESULT_FILE).read_text())["parent_sha256"]
+    found = next((folder / rel for rel, s in shas.items() if s == sha), None)
+    if found is not None:
+        return found
     rollback = Path(_pointer(folder)["rollback"]["path"])
-    candidates = [folder / rel for rel in _models(folder)] + [rollback if rollback.is_absolute() else folder / rollback]
-    return next((d for d in candidates if weights_sha256(d) == sha), None)
+    rollback = rollback if rollback.is_absolute() else folder / rollback
+    return rollback if weights_sha256(rollback) == sha else None
 
 
 def _share_of_update(got: Path, ref: Path, got_parent: Path | None, ref_parent: Path | None) -> float:
@@ -493,14 +497,14 @@ def _share_of_update(got: Path, ref: Path, got_parent: Path | None, ref_parent: 
 def _as_reference_weights(folder: Path, ref_folder: Path) -> dict[str, str]:
     """Each hash of a model of `folder` whose bytes differ from the reference's model at the same place
     but whose update sits within RTOL of the reference's, mapped to the reference's hash (each one warned of)."""
-    ref_at = _models(ref_folder)
+    ref_at, got_at = _models(ref_folder), _models(folder)
     same = {}
-    for rel, sha in _models(folder).items():
+    for rel, sha in got_at.items():
         ref_sha = ref_at.get(rel)
         if ref_sha is None or ref_sha == sha:
             continue
-        share = _share_of_update(folder / rel, ref_folder / rel, _parent_dir(folder, folder / rel),
-                                 _parent_dir(ref_folder, ref_folder / rel))
+        share = _share_of_update(folder / rel, ref_folder / rel, _parent_dir(folder, folder / rel, got_at),
+                                 _parent_dir(ref_folder, ref_folder / rel, ref_at))
         # a warning, so that CI's summary shows each such model even when the test passes
         warnings.warn(f"{rel}: resumed weights {sha[:12]}, reference {ref_sha[:12]}; apart by {share:.3g} of its update",
                       stacklevel=1)

@@ -113,6 +113,18 @@ _SCHEMA = {"episode_id": str, "key": str, "kind": str, "device_hours": float, "w
 ran (nominal, or its stored wall-clock), so a budget buys the same decisions with or without it."""
 
 
+def check_existing(path: str | Path) -> None:
+    """BadInput where the ledger a run wrote is missing, not SQLite, damaged or holds no charges:
+    opening such a path would make an empty ledger in its place, and everything that reads it would
+    then say nothing was spent. Nothing is opened for writing."""
+    fault = sqlite_fault(path)
+    if fault is None and "charges" not in (sqlite_tables(path) or {"charges"}):  # None: in use, opened as it is
+        fault = "an SQLite database without a charges table"
+    if fault is not None:
+        raise BadInput(f"ledger {path} is {fault}: restore it from a copy (a run's charges, the budget it spent, "
+                       "cannot be rebuilt)")
+
+
 class Ledger:
     """Append-only charges of device-hours, one per (episode_id, key)."""
 
@@ -129,15 +141,8 @@ class Ledger:
 
     @classmethod
     def existing(cls, path: str | Path) -> "Ledger":
-        """The ledger a run wrote, refused where it is missing, not SQLite, damaged or holds no charges:
-        opening such a path would make an empty ledger in its place, and everything that reads it
-        would then say nothing was spent."""
-        fault = sqlite_fault(path)
-        if fault is None and "charges" not in (sqlite_tables(path) or {"charges"}):  # None: in use, opened as it is
-            fault = "an SQLite database without a charges table"
-        if fault is not None:
-            raise BadInput(f"ledger {path} is {fault}: restore it from a copy (a run's charges, the budget it spent, "
-                           "cannot be rebuilt)")
+        """The ledger a run wrote (check_existing first), opened."""
+        check_existing(path)
         return cls(str(path))
 
     def charge(self, episode_id: str, key: str, *, kind: str, device_hours: float, wall_seconds: float,

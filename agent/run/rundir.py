@@ -41,7 +41,7 @@ from experience_bank.hashing import canonical_json
 from experience_bank.records import ActedTrial, parse_model
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
-from trainers.ledger import Ledger
+from trainers.ledger import Ledger, check_existing
 from agent.run.manifest import Manifest, parse_manifest
 from agent.run.report_inputs import ReportInputs
 
@@ -151,13 +151,15 @@ class RunDir:
         history; before it, a killed run has neither yet and simply starts."""
         return self.proposals_file.exists()
 
+    def _has_ledger(self) -> bool:
+        """Whether the run must have a ledger: it has one, or its graph started (which writes it first)."""
+        return self.ledger_file.exists() or self.graph_started()
+
     def read_ledger(self) -> Ledger:
         """The run's ledger as the run wrote it (`Ledger.existing`: refused where it is missing after
         the graph started, empty, not SQLite or damaged, so that no reader writes an empty ledger in its
         place and reports nothing spent). A run that has none yet has spent nothing: an empty one."""
-        if not self.ledger_file.exists() and not self.graph_started():
-            return Ledger(":memory:")
-        return Ledger.existing(self.ledger_file)
+        return Ledger.existing(self.ledger_file) if self._has_ledger() else Ledger(":memory:")
 
     def check_resumable(self, manifest: Manifest) -> None:
         """A started run resumes as itself, with its history, or not at all (nothing written):
@@ -175,7 +177,8 @@ class RunDir:
         if fault is not None and (self.graph_started() or fault not in ("missing", "empty (0 bytes)")):
             raise BadInput(f"{self.checkpoints_file} (the run's graph checkpoints) is {fault}: restore it from a copy to "
                            "resume, or start a new run with another --out")
-        self.read_ledger()
+        if self._has_ledger():
+            check_existing(self.ledger_file)  # checked, not opened: the episode opens it
 
     # --- the manifest ------------------------------------------------------------------
     def freeze(self, manifest: Manifest) -> None:
