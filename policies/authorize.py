@@ -256,6 +256,15 @@ in the manifest), and whose routing reads it too (`Prior`: the trial skip). Whic
 their own trial rule: policies.trial_rules.TRIAL_RULES."""
 
 
+def check_reads_gonogo(policy: str) -> None:
+    """BadInput where a go/no-go model is given to a policy that reads none: it would be ignored in
+    silence (`agent run`, `agent authorize`; `agent compare` hands one config to every policy, so it
+    does not ask)."""
+    if policy not in NEEDS_GONOGO:
+        raise BadInput(f"--gonogo-model is read by {', '.join(sorted(NEEDS_GONOGO))} only, not --policy {policy}: "
+                       f"drop --gonogo-model or pass --policy {sorted(NEEDS_GONOGO)[0]}")
+
+
 # --- the public functions --------------------------------------------------------------
 
 

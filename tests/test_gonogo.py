@@ -493,3 +493,22 @@ def test_the_cell_majority_counts_each_cells_larger_side():
     e = _evaluate_baselines(runs)
     assert (e.cell_majority.k, e.cell_majority.n) == (2 + 2 + 1 + 1 + 2 + 2, 12)
     assert f"right on {e.cell_majority.k}/12" in markdown(e)
+
+
+def test_the_boosted_baseline_learns_per_fold_from_the_other_worlds_only():
+    # On every world, six runs whose trial reads 1, 2, 4 pp and whose full runs gain 4 pp (beneficial) and
+    # six that read nothing and change nothing (neutral): each fold's boosted model, fitted on the other
+    # two worlds, goes on exactly the held-out world's beneficial runs.
+    from agent.experiments.gonogo_baselines import BOOSTED, boosted
+
+    def run(card, good, world, seed):
+        r = _trial_run(card, [1.0, 2.0, 4.0] if good else [0.0, 0.0, 0.0], seed=seed, world=world)
+        return PairedRun(**(r.model_dump() | {"full": _point(1.0, 4.0 if good else 0.0, 0.0)}))
+    runs = [run(f"C{i}", i % 2 == 0, w, s) for w in range(3) for i in range(4) for s in range(3)]
+    e = _evaluate_baselines(runs)
+    assert [h.baseline_go[BOOSTED] for h in e.runs] == [h.outcome == "beneficial" for h in e.runs]
+    assert (e.rules[BOOSTED].go, e.rules[BOOSTED].accuracy.k, e.rules[BOOSTED].accuracy.n) == (18, 36, 36)
+    # A fold whose runs hold one class only goes as that class says, on any run.
+    everything_good = [r for r in runs if r.outcome(**RULE) == "beneficial"]
+    assert boosted(None, "control")(everything_good)(runs[1]) is True
+    assert boosted(None, "control")([r for r in runs if r not in everything_good])(runs[0]) is False

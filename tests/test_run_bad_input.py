@@ -18,6 +18,8 @@ def _listing(root):
     (["--config", "missing.yaml"], "config file missing.yaml not found"),
     (["--policy", "nope"], "unknown policy"),
     (["--proposer", "openai"], "needs --base-url"),
+    (["--gonogo-model", "m.json"], "read by bcit_predictive only, not --policy bcit"),
+    (["--policy", "validate_all", "--gonogo-model", "m.json"], "not --policy validate_all: drop --gonogo-model"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, needle):
     monkeypatch.chdir(tmp_path)

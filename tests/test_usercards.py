@@ -146,6 +146,23 @@ def test_what_the_flags_and_file_refuse_is_refused_before_the_world_is_built(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "taken"]
 
 
+def test_a_folder_or_a_taken_card_id_is_refused_before_the_world_is_built(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("agent.cli.cards.world_for", _no_world)
+    out = tmp_path / "cards"
+    out.mkdir()
+    (out / "U-bad.json").write_text("the card imported before\n")
+    recipe = _bad(tmp_path, SFT)
+    for source, flags, says in [(RECIPES, (), "is a directory: pass one YAML file"),
+                                (recipe, (), f"{out / 'U-bad.json'} already holds card U-bad: pass --replace"),
+                                (recipe, ("--id", "U-bad"), "already holds card U-bad: pass --replace")]:
+        assert main(["cards", "import", str(source), "--config", CONFIG, "--device-hours", "2", "--out", str(out),
+                     *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert (out / "U-bad.json").read_text() == "the card imported before\n"
+    assert sorted(p.name for p in out.iterdir()) == ["U-bad.json"]
+
+
 def test_import_writes_the_card_and_run_cards_folder_is_checked(tmp_path, capsys):
     out = tmp_path / "cards"
     for name in ("trl_sft_sql.yaml", "trl_grpo_sql.yaml", "llamafactory_lora_sft.yaml"):
@@ -154,6 +171,14 @@ def test_import_writes_the_card_and_run_cards_folder_is_checked(tmp_path, capsys
     printed = capsys.readouterr().out
     assert "learning_rate -> hparams.learning_rate" in printed and "set by the agent" in printed
     written = json.loads((out / "U-trl_sft_sql.json").read_text())
+    again = ["cards", "import", str(RECIPES / "trl_sft_sql.yaml"), "--config", CONFIG, "--device-hours", "3",
+             "--out", str(out)]
+    assert main(again) == 2 and "already holds card U-trl_sft_sql" in capsys.readouterr().err
+    assert json.loads((out / "U-trl_sft_sql.json").read_text()) == written
+    assert main([*again, "--replace"]) == 0
+    assert json.loads((out / "U-trl_sft_sql.json").read_text())["record"]["card"]["budget"]["device_hours"] == 3
+    assert main([*again[:-4], "--device-hours", "2", "--out", str(out), "--replace"]) == 0
+    assert json.loads((out / "U-trl_sft_sql.json").read_text()) == written
     assert written["import"]["sha256"] == file_sha256(str(RECIPES / "trl_sft_sql.yaml"))
     assert written["record"]["provenance"]["config_sha256"] == written["import"]["sha256"]
     from agent.world.usercards.folder import read_folder

@@ -105,7 +105,10 @@ def test_a_second_run_decides_the_imported_card_on_what_the_first_consolidated(t
     # the recipe changed under the same id: refused in one line, nothing written
     changed = tmp_path / "trl_sft_sql.yaml"
     changed.write_text((RECIPES / "trl_sft_sql.yaml").read_text().replace("2.0e-4", "1.0e-4"))
-    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "1", "--out", "cards"]) == 0
+    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "1", "--out", "cards"]) == 2
+    assert "cards/U-trl_sft_sql.json already holds card U-trl_sft_sql: pass --replace" in capsys.readouterr().err
+    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "1", "--out", "cards",
+                 "--replace"]) == 0
     capsys.readouterr()
     before = (tmp_path / "bank.sqlite").read_bytes()
     assert main(argv + ["--out", "runs/ep-3"]) == 2

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 from agent.config import build_config
 from agent.inputs import check_out_dir
 from agent.world.factory import world_for
-from agent.world.usercards.recipes import card_file, import_recipe, read_recipe
+from agent.world.usercards.recipes import card_file, card_id, import_recipe, read_recipe
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.records import NominalBudget
@@ -42,6 +42,8 @@ def register(sub) -> None:
     p.add_argument("--nu", choices=("restart", "continue", "none"), default="restart",
                    help="how a trial relates to the full run (default restart: an independent short run)")
     p.add_argument("--out", default="cards", help="folder to write <id>.json into (default cards/)")
+    p.add_argument("--replace", action="store_true",
+                   help="overwrite a card of the same id already in --out (default: refuse)")
     p.set_defaults(func=cmd_import)
 
 
@@ -59,11 +61,23 @@ def _check_device_hours(value: float) -> None:
                        "nominal cost, e.g. --device-hours 3") from None
 
 
+def _check_not_taken(out: Path, replace: bool) -> None:
+    """An import never overwrites a card in silence: two recipes with the same file name (the default
+    id is its stem) would otherwise leave one card, and which one would depend on the order."""
+    if out.exists() and not replace:
+        raise BadInput(f"{out} already holds card {out.stem}: pass --replace to overwrite it, or --id to "
+                       "import this recipe under another id")
+
+
 def cmd_import(args) -> int:
     source = Path(args.file)
+    if source.is_dir():
+        raise BadInput(f"recipe {source} is a directory: pass one YAML file `trl` or LlamaFactory reads "
+                       "(import each recipe on its own)")
     if not source.is_file():
         raise BadInput(f"recipe {source} not found: pass the YAML file `trl` or LlamaFactory reads")
     _check_device_hours(args.device_hours)
+    _check_not_taken(Path(args.out) / f"{args.card_id or card_id(source)}.json", args.replace)
     # The world may take minutes to build: what the flags and the file can refuse on their own is
     # refused first (read_recipe: every key, type and the family); only whether its datasets are
     # pools of the world waits for the build.

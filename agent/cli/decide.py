@@ -22,7 +22,7 @@ from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
 from experience_bank.records import CurrentContext, Decision, Grade, Ident, Nu, parse_model
 from policies import EpisodeState, PolicyConfig, authorize, decide, features_from_row, next_state
-from policies.authorize import NEEDS_GONOGO, prior_input
+from policies.authorize import check_reads_gonogo, prior_input
 from policies.curves import card_facts
 
 
@@ -159,8 +159,7 @@ def _gonogo_model(args):
         return None
     from policies import gonogo  # noqa: PLC0415 (scikit-learn)
 
-    if args.policy not in NEEDS_GONOGO:
-        raise BadInput(f"--gonogo-model is read by {', '.join(sorted(NEEDS_GONOGO))} only, not --policy {args.policy}")
+    check_reads_gonogo(args.policy)
     return gonogo.loads(read_text(args.gonogo_model, "go/no-go model"))
 
 

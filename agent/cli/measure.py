@@ -153,7 +153,7 @@ def cmd_gonogo(args) -> int:
     ltt.check_levels(args.alpha, args.delta)
     runs, records = gonogo_inputs([Path(s) for s in args.sources])
     rule = gonogo_rule(args.alpha, args.delta)
-    plain, per_fold = baselines(runs)
+    plain, per_fold = baselines(runs, records)
     result = evaluate(runs, records, baselines=plain, fold_baselines=per_fold, deferral=TRIAL, **rule)
     model = gonogo.fit(runs, records, **rule) if args.model else None
     if model is not None:

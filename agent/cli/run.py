@@ -8,6 +8,7 @@ import os
 from agent.config import FLAG_KEYS, build_config
 from agent.inputs import check_out_dir
 from agent.run.approvals import pending
+from policies.authorize import check_reads_gonogo
 
 EXAMPLES = """examples:
   agent run --episode-budget 36gpuh
@@ -68,6 +69,8 @@ def cmd_run(args) -> int:
     from agent.loop.episode import run_episode  # noqa: PLC0415 (numpy)
 
     cfg = build_config(args.config, {k: getattr(args, k) for k in FLAG_KEYS})
+    if cfg.gonogo_model and not args.resume:  # a resume runs its manifest's config, checked when it started
+        check_reads_gonogo(cfg.policy)
     if cfg.out and not args.resume:
         check_out_dir(cfg.out)
     if args.no_cache:  # the run cache reads it (experience_bank.runcache.from_env)

@@ -19,6 +19,12 @@ that may still train it is an episode's budget, not the rule's prediction).
   verdict. The extrapolation is learned from paired runs, so it is a FoldBaseline: fitted on the
   fold's other groups only (`extrapolated`), as `agent compare --fit-from` fits it on the other
   worlds; a model fitted on every run would be read on its own training data.
+- `gradient-boosted, P(beneficial) >= 0.5` (`boosted`, a FoldBaseline): the go/no-go's own features
+  (policies.gonogo_features, on the go/no-go's footing) into scikit-learn's histogram gradient
+  boosting, go where it gives P(beneficial) >= 1/2: TuneAhead's model class beside the go/no-go's
+  logistic heads, to measure the choice policies/gonogo.py argues for. Its settings (BOOSTING) were
+  fixed before it was first run and are not tuned; it has no Learn-then-Test threshold, so it
+  compares with the go/no-go's `p_beneficial>=0.5` row.
 - `the card's majority on the other worlds` (`card_memory`, a FoldBaseline where the runs span several
   worlds): go iff most of the same card's full runs on the fold's other worlds were beneficial; a
   reference, not a loop rule: a user's own card has no history under its name.
@@ -38,15 +44,17 @@ enters its episode's ranking.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from experience_bank.errors import BadInput
 from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
 from agent.experiments.retro_run import TRIAL_THRESHOLDS
 from agent.world.catalogue import card_ids
-from policies import extrapolate
+from policies import extrapolate, gonogo_features
 from policies.authorize import EpisodeState, Verdict
-from policies.curves import CurvePoint, PairedRun, curve_table
+from policies.curves import CurvePoint, Footing, PairedRun, curve_table, footing_of
 from policies.gonogo_eval import Baseline, FoldBaseline
 from policies.trial_rules import RetentionGuard, TrialFacts, acted_verdict
 from trainers.steps import MAX_TRIAL_FRACTION
@@ -57,6 +65,10 @@ EARLY_STOP = "early stop extrapolation"
 HALVING = "successive halving"
 EXTRAPOLATED = "trial pass, extrapolated retention"
 CARD_MEMORY = "the card's majority on the other worlds"
+BOOSTED = "gradient-boosted, P(beneficial) >= 0.5"
+BOOSTING = dict(max_depth=3, learning_rate=0.05, max_iter=200, min_samples_leaf=10)
+"""HistGradientBoostingClassifier's settings for BOOSTED: shallow trees, a slow rate and leaves of ten
+runs, for a few hundred rows; set before the first run, not tuned on any outcome."""
 OWN_VERDICT = "bcit"
 """A policy without a trial rule of its own (not in policies.trial_rules.TRIAL_RULES): it acts on
 the trial's verdict, after the retention check at full length where a model is frozen."""
@@ -151,10 +163,32 @@ def card_memory(train: Sequence[PairedRun]) -> Baseline:
     return goes
 
 
-def baselines(runs: Sequence[PairedRun]) -> tuple[dict[str, Baseline], dict[str, FoldBaseline]]:
-    """(the rules that learn nothing, the rules made per fold) for policies.gonogo_eval.evaluate on `runs`;
-    the card memory only where the runs span several worlds (held out by card, a fold never saw its card)."""
-    per_fold: dict[str, FoldBaseline] = {EXTRAPOLATED: extrapolated}
+def _beneficial(run: PairedRun) -> bool:
+    return run.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "beneficial"
+
+
+def boosted(records: Mapping[str, gonogo_features.Record] | None, footing: Footing) -> FoldBaseline:
+    """A FoldBaseline maker: gradient boosting on the go/no-go's features of the fold's runs (`records`
+    as the go/no-go reads them, the curves on `footing`); go iff P(beneficial) >= 1/2. A fold whose runs
+    hold one class only goes on every run or none, as that class says."""
+    from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: PLC0415 (scikit-learn)
+
+    def fold(train: Sequence[PairedRun]) -> Baseline:
+        y = np.array([_beneficial(r) for r in train])
+        if y.all() or not y.any():
+            return lambda run, everything=bool(y.all()): everything
+        model = HistGradientBoostingClassifier(**BOOSTING).fit(gonogo_features.matrix(train, records, footing), y)
+        return lambda run: bool(model.predict_proba(gonogo_features.matrix([run], records, footing))[0, 1] >= 0.5)
+    return fold
+
+
+def baselines(runs: Sequence[PairedRun], records: Mapping[str, gonogo_features.Record] | None = None
+              ) -> tuple[dict[str, Baseline], dict[str, FoldBaseline]]:
+    """(the rules that learn nothing, the rules made per fold) for policies.gonogo_eval.evaluate on `runs`
+    (`records`: the records the go/no-go reads, for the boosted model's features); the card memory only
+    where the runs span several worlds (held out by card, a fold never saw its card)."""
+    per_fold: dict[str, FoldBaseline] = {EXTRAPOLATED: extrapolated,
+                                         BOOSTED: boosted(records, footing_of(runs)[0])}
     if len({r.world_seed for r in runs}) > 1:
         per_fold[CARD_MEMORY] = card_memory
     return {TRIAL: trial_passes, EARLY_STOP: early_stop_passes, HALVING: halving(runs)}, per_fold
