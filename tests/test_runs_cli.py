@@ -97,6 +97,20 @@ def test_runs_ls_states_spend_and_promotions(tmp_path, capsys):
     assert done.name in table[1]
 
 
+def test_a_copied_run_is_listed_as_a_copy_without_a_resume(tmp_path, capsys):
+    import shutil
+    original = _episode(tmp_path, "ep-1", policy="bcit", charges=[0.5], promote=False, report=False)
+    shutil.copytree(original, tmp_path / "ep-1-copy")
+    assert main(["runs", "ls", "--runs", str(tmp_path), "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["ep-1"]["copy_of"] is None and rows["ep-1"]["resume"] == f"agent run --resume {original}"
+    assert rows["ep-1-copy"]["copy_of"] == "ep-1" and rows["ep-1-copy"]["resume"] is None
+    assert rows["ep-1-copy"]["state"] == "killed" and rows["ep-1-copy"]["spent_h"] == 0.5
+    assert main(["runs", "ls", "--runs", str(tmp_path)]) == 0
+    (copy_line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ep-1-copy")]
+    assert copy_line.endswith("a copy of episode ep-1 (not resumable under this name)")
+
+
 def test_a_damaged_run_is_listed_as_unreadable_beside_the_others(tmp_path, capsys):
     _episode(tmp_path, "ep-1", policy="bcit", charges=[1.0], promote=False, report=True)
     bad = _episode(tmp_path, "ep-2", policy="bcit", charges=[], promote=False, report=False)

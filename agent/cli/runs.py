@@ -6,6 +6,8 @@ State, from what the run directory holds:
 - finished: its report exists (the report is the loop's last node: agent.run.rundir.RunDir.finished);
 - killed: neither, but its manifest is frozen: `agent run --resume ID` finishes it;
 - unreadable: a damaged manifest, pointer or ledger (the row names the error).
+A directory whose manifest names another episode (a copy, or a rename) is listed under its folder's
+name with `copy_of` set, and offers no resume: `agent run --resume` refuses it (RunDir.check_resumable).
 A folder without a manifest is not an episode and is not listed.
 """
 
@@ -65,10 +67,12 @@ def describe(run_dir: Path) -> dict[str, Any]:
     spent = rd.read_ledger().spent(manifest.episode_id)
     promotions = read_pointer(run_dir).promotions if rd.parent_file.is_file() else 0
     state = episode_state(rd)
+    copy_of = manifest.episode_id if manifest.episode_id != rd.episode_id else None
     return {"id": rd.episode_id, "state": state, "policy": manifest.config.policy,
             "world": manifest.config.world, "spent_h": round(spent, 4),
             "budget_h": manifest.budget_device_hours, "promotions": promotions, "path": str(run_dir),
-            "resume": f"agent run --resume {run_dir}" if state == "killed" else None}
+            "resume": f"agent run --resume {run_dir}" if state == "killed" and copy_of is None else None,
+            "copy_of": copy_of}
 
 
 def list_runs(folder: Path) -> list[dict[str, Any]]:
@@ -87,7 +91,7 @@ def _row(run_dir: Path) -> dict[str, Any]:
         return describe(run_dir)
     except (BadInput, OSError, ValueError, KeyError, sqlite3.Error) as exc:
         return {"id": run_dir.name, "state": "unreadable", "policy": "-", "world": "-", "spent_h": 0.0,
-                "budget_h": 0.0, "promotions": 0, "path": str(run_dir), "resume": None,
+                "budget_h": 0.0, "promotions": 0, "path": str(run_dir), "resume": None, "copy_of": None,
                 "error": f"{type(exc).__name__}: {exc}"[:200]}
 
 
@@ -103,7 +107,8 @@ def cmd_ls(args) -> int:
     print(f"{'episode':<{width}}  {'state':<10}  {'policy':<14}  {'spent / budget h':>17}  promotions")
     for r in rows:
         spend = f"{r['spent_h']:.2f} / {r['budget_h']:g}"
-        note = f"   resume: {r['resume']}" if r["resume"] else (f"   {r['error']}" if "error" in r else "")
+        note = (f"   resume: {r['resume']}" if r["resume"] else f"   {r['error']}" if "error" in r
+                else f"   a copy of episode {r['copy_of']} (not resumable under this name)" if r["copy_of"] else "")
         print(f"{r['id']:<{width}}  {r['state']:<10}  {r['policy']:<14}  {spend:>17}  {r['promotions']:>10}{note}")
     return 0
 
