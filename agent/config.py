@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agent.inputs import read_text
 from experience_bank.errors import BadInput
@@ -234,6 +234,22 @@ class RunConfig(BaseModel):
         manifest's record of them): the config's value, else the world's."""
         own = {"ifeval": self.ifeval_n, "captrack": self.captrack_n}.get(suite, self.eval_n)
         return own if own is not None else eval_sizes(self.world_kind).suite_n(suite)
+
+
+_THREADS = TypeAdapter(Annotated[int, RunConfig.model_fields["torch_threads"]], config=RunConfig.model_config)
+"""`agent run`'s torch_threads field, validated on its own: one rule for the count of every --threads."""
+
+
+def check_threads(threads: int | None) -> None:
+    """--threads (None: torch's own count) before anything runs: torch.set_num_threads refuses a
+    negative count only with a traceback, once a world or a run has started, and 0 was read as None."""
+    if threads is None:
+        return
+    try:
+        _THREADS.validate_python(threads)
+    except ValidationError as exc:
+        raise BadInput(f"--threads {threads} is refused ({exc.errors()[0]['msg']}): pass how many CPU threads "
+                       "torch may use, e.g. --threads 1") from None
 
 
 FLAG_KEYS = ("episode_budget", "policy", "gonogo_model", "extrapolation_model", "seed", "world_seed", "bank", "out", "proposer", "base_url",

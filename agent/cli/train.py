@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from agent.cli.world import check_threads
+from agent.config import check_threads
 from agent.inputs import check_model_dir, check_out_dir, read_jsonl, read_text
 from experience_bank.errors import BadInput
 from experience_bank.records import CandidateCard, parse_model

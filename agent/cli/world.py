@@ -12,11 +12,8 @@ import json
 import os
 import sys
 import time
-from typing import Annotated
 
-from pydantic import TypeAdapter, ValidationError
-
-from agent.config import RunConfig, build_config
+from agent.config import build_config, check_threads
 from agent.progress import reporter
 from agent.world.embedded import ensure_world
 from agent.world.factory import seed_cards, world_for
@@ -55,22 +52,6 @@ def register(sub) -> None:
     seed.add_argument("--no-cache", dest="no_cache", action="store_true",
                       help="train and evaluate every run even when the run cache holds it")
     seed.set_defaults(func=cmd_seed_bank)
-
-
-_THREADS = TypeAdapter(Annotated[int, RunConfig.model_fields["torch_threads"]], config=RunConfig.model_config)
-"""`agent run`'s torch_threads field, validated on its own: one rule for the count of every --threads."""
-
-
-def check_threads(threads: int | None) -> None:
-    """--threads (None: torch's own count) before anything runs: torch.set_num_threads refuses a
-    negative count only with a traceback, once a world or a run has started, and 0 was read as None."""
-    if threads is None:
-        return
-    try:
-        _THREADS.validate_python(threads)
-    except ValidationError as exc:
-        raise BadInput(f"--threads {threads} is refused ({exc.errors()[0]['msg']}): pass how many CPU threads "
-                       "torch may use, e.g. --threads 1") from None
 
 
 def _progress(what: str):
