@@ -302,7 +302,8 @@ def test_another_card_under_a_library_id_is_refused_and_nothing_written(tmp_path
     _library_with(bank, sft.card, sft.applicability)
     changed = tmp_path / "trl_sft_sql.yaml"  # the same file name (so the same id), a new learning rate
     changed.write_text((RECIPES / "trl_sft_sql.yaml").read_text().replace("2.0e-4", "1.0e-4"))
-    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "2", "--out", str(out)]) == 0
+    assert main(["cards", "import", str(changed), "--config", CONFIG, "--device-hours", "2", "--out", str(out),
+                 "--replace"]) == 0
     capsys.readouterr()
     before = bank.read_bytes()
     run_dir = tmp_path / "ep"

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 from experience_bank.errors import BadInput
 from agent.experiments.retro_cells import IFEVAL_DROP_PP, MIN_EFFECT_PP
@@ -171,8 +172,6 @@ def boosted(records: Mapping[str, gonogo_features.Record] | None, footing: Footi
     """A FoldBaseline maker: gradient boosting on the go/no-go's features of the fold's runs (`records`
     as the go/no-go reads them, the curves on `footing`); go iff P(beneficial) >= 1/2. A fold whose runs
     hold one class only goes on every run or none, as that class says."""
-    from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: PLC0415 (scikit-learn)
-
     def fold(train: Sequence[PairedRun]) -> Baseline:
         y = np.array([_beneficial(r) for r in train])
         if y.all() or not y.any():
