@@ -67,7 +67,7 @@ def describe(run_dir: Path) -> dict[str, Any]:
     spent = rd.read_ledger().spent(manifest.episode_id)
     promotions = read_pointer(run_dir).promotions if rd.parent_file.is_file() else 0
     state = episode_state(rd)
-    copy_of = manifest.episode_id if manifest.episode_id != rd.episode_id else None
+    copy_of = rd.copy_of(manifest)
     return {"id": rd.episode_id, "state": state, "policy": manifest.config.policy,
             "world": manifest.config.world, "spent_h": round(spent, 4),
             "budget_h": manifest.budget_device_hours, "promotions": promotions, "path": str(run_dir),

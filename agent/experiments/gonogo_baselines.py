@@ -148,6 +148,10 @@ def extrapolated(train: Sequence[PairedRun]) -> Baseline:
     return lambda run: _goes(OWN_VERDICT, run, EpisodeState(), guard)[0]
 
 
+def _beneficial(run: PairedRun) -> bool:
+    return run.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "beneficial"
+
+
 def card_memory(train: Sequence[PairedRun]) -> Baseline:
     """A FoldBaseline that remembers full runs by card id: go iff most of the card's full runs among
     `train` were beneficial (policies.outcomes, under the retrospective's band and guard); no go for a
@@ -156,16 +160,12 @@ def card_memory(train: Sequence[PairedRun]) -> Baseline:
     id, so this says how much of a card's outcome carries across worlds by its name alone."""
     seen: dict[str, list[bool]] = {}
     for r in train:
-        seen.setdefault(r.card_id, []).append(r.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "beneficial")
+        seen.setdefault(r.card_id, []).append(_beneficial(r))
 
     def goes(run: PairedRun) -> bool:
         votes = seen.get(run.card_id, [])
         return 2 * sum(votes) > len(votes)
     return goes
-
-
-def _beneficial(run: PairedRun) -> bool:
-    return run.outcome(band=MIN_EFFECT_PP, ifeval_drop_pp=IFEVAL_DROP_PP) == "beneficial"
 
 
 def boosted(records: Mapping[str, gonogo_features.Record] | None, footing: Footing) -> FoldBaseline:

@@ -161,6 +161,11 @@ class RunDir:
         place and reports nothing spent). A run that has none yet has spent nothing: an empty one."""
         return Ledger.existing(self.ledger_file) if self._has_ledger() else Ledger(":memory:")
 
+    def copy_of(self, manifest: Manifest) -> str | None:
+        """The episode a copied or renamed directory holds (its manifest's id), None where the directory's
+        name is its episode id."""
+        return manifest.episode_id if manifest.episode_id != self.episode_id else None
+
     def check_resumable(self, manifest: Manifest) -> None:
         """A started run resumes as itself, with its history, or not at all (nothing written):
         - the directory's name is its episode id (the bank's episode, the ledger's charges and the
@@ -169,7 +174,7 @@ class RunDir:
         - after the graph's first node its checkpoints and its ledger must be there and sound: without
           the checkpoints the graph would start again from its first node, without the ledger every
           charge (the budget spent) would be forgotten."""
-        if manifest.episode_id != self.episode_id:
+        if self.copy_of(manifest) is not None:
             raise BadInput(f"{self.path} holds episode {manifest.episode_id!r} (its manifest), and a run directory's "
                            f"name is its episode id: resume it as {self.path.with_name(manifest.episode_id)}, or start a "
                            "new run with another --out")
