@@ -30,7 +30,8 @@ from experience_bank.errors import BadInput, Busy, WriteFault, write_fault
 from experience_bank.files import jsonl_text
 from experience_bank.hashing import canonical_json, chain_hash, sha256_text
 from experience_bank.library import record_row
-from experience_bank.records import Decision, Event, HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
+from experience_bank.records import HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
+from experience_bank.decisions import Decision, Event
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another process's write transaction before giving up."""

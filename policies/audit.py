@@ -32,9 +32,8 @@ from pydantic import Field, model_serializer
 from experience_bank.errors import BadInput
 from experience_bank.files import jsonl_text
 from experience_bank.hashing import chain_hash, content_hash, loads_strict
-from experience_bank.records import (
-    CurrentContext, Decision, Features, Frozen, Ident, Sha256, TrialCurve, omit_empty, parse_model, parse_record,
-)
+from experience_bank.records import CurrentContext, Frozen, Ident, Sha256, TrialCurve, omit_empty, parse_model, parse_record
+from experience_bank.decisions import Decision, Features
 from policies import stats
 from policies.authorize import (
     NEEDS_GONOGO, POLICIES, WITHOUT_APPLICABILITY, EpisodeState, PolicyConfig, after_trial, authorize, decision_hash,

@@ -38,9 +38,8 @@ from typing import Any
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
-from experience_bank.records import (
-    Applicability, Conflict, CurrentContext, Features, FieldScores, HistoricalRecord, ModelRef, Proposal,
-)
+from experience_bank.records import Applicability, Conflict, CurrentContext, HistoricalRecord, ModelRef, Proposal
+from experience_bank.decisions import Features, FieldScores
 
 DISCOUNTS: Mapping[str, float] = {"A": 1.0, "B": 0.75, "C": 0.5}
 """d(e): evidence-grade discounts of docs/AUTHORIZER.md §3 (a run may freeze others in PolicyConfig)."""

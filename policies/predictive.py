@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from experience_bank.records import Features
+from experience_bank.decisions import Features
 from policies.authorize import Verdict
 from policies.curves import CardFacts, trial_curve
 from policies.gonogo import GoDecision, GoNoGo, decide, defers, top_contributions

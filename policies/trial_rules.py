@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from experience_bank.records import ExtrapolatedRetention, Features, TrialCurve
+from experience_bank.records import ExtrapolatedRetention, TrialCurve
+from experience_bank.decisions import Features
 from policies import early_stop, halving, predictive
 from policies.authorize import EpisodeState, Verdict
 from policies.curves import CardFacts

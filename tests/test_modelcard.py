@@ -118,12 +118,12 @@ def test_text_lists_each_checks_paired_delta_and_mcnemar_p_and_an_adapter_is_an_
 
 
 def _event():
-    from experience_bank.records import Event
+    from experience_bank.decisions import Event
 
     record = bf.record("S02")
     from support.graph_fakes import FakePorts  # noqa: F401 (the fakes' features)
     from policies.features import features_from_row
-    from experience_bank.records import Decision
+    from experience_bank.decisions import Decision
 
     f = features_from_row({"id": "S02", "grade": "B", "delta_src": 5.0, "kappa": 10.0, "family": 1, "data": 1,
                            "runtime": 1, "parent": 1, "protocol": 1, "H": 0, "nu": "restart", "chi": 0,

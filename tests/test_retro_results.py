@@ -12,7 +12,8 @@ from test_retrospective import Card, FakePorts, _controls
 from agent.experiments import retro_results as RR
 from agent.experiments import retrospective as R
 from experience_bank.errors import BadInput
-from experience_bank.records import CurrentContext, Features
+from experience_bank.records import CurrentContext
+from experience_bank.decisions import Features
 
 
 def _context() -> CurrentContext:

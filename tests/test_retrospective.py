@@ -12,7 +12,7 @@ from support import bank_factory as bf
 from agent.experiments import retro_cells as RC
 from agent.experiments import retrospective as R
 from experience_bank.hashing import content_hash
-from experience_bank.records import FieldScores
+from experience_bank.decisions import FieldScores
 from policies.features import assemble
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from experience_bank.families import family_targets
-from experience_bank.records import Event
+from experience_bank.decisions import Event
 
 from agent.run.manifest import ENDPOINT_SPLIT, Manifest
 from agent.run.rundir import RunDir

@@ -28,7 +28,7 @@ from typing import Any
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
-from experience_bank.records import Features
+from experience_bank.decisions import Features
 from experience_bank.runcache import source_version
 
 from agent.world.embedded import native_env

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from experience_bank.files import write_atomic
-from experience_bank.records import Features
+from experience_bank.decisions import Features
 from policies.features import compatibility_summary
 
 

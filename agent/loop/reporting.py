@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from experience_bank.records import Event
+from experience_bank.decisions import Event
 from policies.features import compatibility_summary
 
 from agent.loop.state import Ctx, State

@@ -13,7 +13,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from experience_bank.records import Event, Frozen, Sha256
+from experience_bank.records import Frozen, Sha256
+from experience_bank.decisions import Event
 
 
 class Compatibility(Frozen):

@@ -21,7 +21,7 @@ from typing import Any
 
 from evaluators.heatmap import legend, write_heatmap
 from experience_bank.errors import BadInput
-from experience_bank.records import Event
+from experience_bank.decisions import Event
 from experience_bank.results import GateCheck, GateVerdict, SuiteResult
 
 from agent.run.manifest import ENDPOINT_SPLIT, Manifest

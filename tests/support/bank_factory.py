@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from experience_bank.hashing import decision_hash
 from experience_bank.hashing import content_hash
-from experience_bank.records import (
-    Adapter, Applicability, CandidateCard, DataMix, DataRecipe, DatasetRef, Decision, Event, Features,
-    FieldScores, HistoricalRecord, HyperParams, ModelRef, NominalBudget, Proposal, Provenance,
-    SourceContext, SourceEvidence,
-)
+from experience_bank.records import Adapter, Applicability, CandidateCard, DataMix, DataRecipe, DatasetRef, HistoricalRecord, HyperParams, ModelRef, NominalBudget, Proposal, Provenance, SourceContext, SourceEvidence
+from experience_bank.decisions import Decision, Event, Features, FieldScores
 
 
 def sha(seed: object) -> str:
