@@ -122,7 +122,7 @@ for sha, v in (("a" * 64, 40.0), ("b" * 64, 40.0 + gain)):
     RunDir(run_dir).write_evaluation(sha, "test", {"sql/target": _suite("sql/target", "exec_acc", v - 0.5, sha, "test"),
                                                    "ifeval": ife}, 1.0)
 from experience_bank.bank import Bank
-from experience_bank.records import Event
+from experience_bank.decisions import Event
 def ev(seq, card, action, outcome, cost):
     return Event(episode_id=run_dir.name, seq=seq, candidate_id=card, decision=bf.decision(card, action),
                  action=action, cost_device_hours=cost, wall_seconds=1.0, metrics={}, outcome=outcome, reason="",
@@ -213,6 +213,17 @@ def test_cli_rejects_unknown_policy(capsys):
 
     assert main(["compare", "--policies", "bcit,nope", "--seeds", "2"]) == 2
     assert "unknown" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_policy_named_twice_before_any_episode(tmp_path, capsys):
+    """Named twice, a policy would run each episode twice and be paired against itself."""
+    from agent.cli.main import main
+
+    out = tmp_path / "cmp"
+    assert main(["compare", "--policies", "bcit,no_memory,bcit", "--seeds", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "bcit more than once" in err and err.count("\n") == 1
+    assert not out.exists()
 
 
 def test_cli_accepts_every_baseline_by_name(capsys):

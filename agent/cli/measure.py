@@ -181,13 +181,23 @@ def _no_cache(args) -> None:
         os.environ["AGENT_NO_CACHE"] = "1"
 
 
-def cmd_compare(args) -> int:
-    from agent.experiments.compare import compare, compare_worlds  # noqa: PLC0415
-
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+def _policies(text: str) -> list[str]:
+    """--policies: at least two known policies, each once (a policy named twice would run its
+    episodes twice and be paired against itself)."""
+    policies = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or len(policies) < 2:
         raise BadInput(f"--policies needs at least two of {', '.join(POLICIES)}; unknown: {unknown or 'none'}")
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:
+        raise BadInput(f"--policies names {', '.join(twice)} more than once: name each policy once")
+    return policies
+
+
+def cmd_compare(args) -> int:
+    from agent.experiments.compare import compare, compare_worlds  # noqa: PLC0415
+
+    policies = _policies(args.policies)
     if not 1 <= args.seeds <= 20 or args.jobs < 1:
         raise BadInput("--seeds must be 1..20 (the sign-flip test enumerates 2^n) and --jobs at least 1")
     if args.config and not Path(args.config).is_file():
