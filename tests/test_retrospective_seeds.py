@@ -264,6 +264,22 @@ def test_seeds_must_be_positive_and_distinct(tmp_path, capsys):
     assert "--seeds" in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("argv, named", [(["--cells", "0"], "--cells 0"), (["--cells", "-2"], "--cells -2"),
+                                          (["--seed", "-1"], "seed -1"),
+                                          (["--seed", str(2**32 - 2), "--seeds", "3"], f"seed {2**32}")])
+def test_cells_and_seed_range_are_refused_before_the_world_is_built(tmp_path, capsys, monkeypatch, argv, named):
+    """--cells -2 sliced the catalogue to all but its last two cells; a seed out of range was refused
+    by a cell's first run, after the world was built."""
+    from agent.cli.main import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("AGENT_CACHE", str(cache))
+    assert main(["retrospective", "--execute", "--size", "test", *argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1
+    assert not (tmp_path / "r").exists() and not cache.exists()
+
+
 def test_first_runs_the_named_cells_seeds_first_and_leaves_the_table_as_it_was(tmp_path):
     base, feats = tmp_path / "base", {c.id: _features(c.id) for c in CARDS}
     base.mkdir()

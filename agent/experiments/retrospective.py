@@ -69,6 +69,7 @@ from experience_bank.errors import BadInput
 from experience_bank.families import PRIMARY_METRIC
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
+from experience_bank.results import check_seed
 from policies.stats import mean_interval
 from agent.config import RunConfig, eval_sizes
 from agent.experiments.executor import (Executor, Job, LocalExecutor, Outcome, Progress, Resources, say_on_stderr,
@@ -346,9 +347,14 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
     if extend_to is not None and (seeds < 2 or extend_to <= seeds):
         raise BadInput(f"--extend-to {extend_to} with --seeds {seeds}: a second stage reads the first stage's "
                        "between-seed spread and adds seeds to it; pass --seeds 2 or more and --extend-to above it")
+    if n_cells is not None and n_cells < 1:  # [:0] would run nothing, [:-2] all but the last two
+        raise BadInput(f"--cells {n_cells}: the table needs at least one cell; pass --cells 1 or more, "
+                       "or leave it out for every cell")
     if results is not None:
         retro_results.writable_dir(results)  # before the world is built, not after hours of cells
     seed_list = list(range(seed, seed + seeds))
+    for s in (seed_list[0], seed_list[-1]):
+        check_seed(s)  # before the world is built: a cell's first run would refuse it
     make_ports = make_ports or (partial(WorldPorts, world) if world is not None
                                 else partial(embedded_ports, size, world_seed))
     world = world if world is not None else ensure_world(size, world_seed=world_seed)
