@@ -336,6 +336,19 @@ def _out_cases() -> list[Case]:
                                    "{case}/taken"), file, needle="--out"),
         Case("export-out-is-dir", ("bank", "export", "--bank", "{ok}/bank.sqlite", "--out", "{case}/d"), dirs=("d",),
              needle="--out"),
+        # refused before a world is built or an episode starts (each ran first, then failed on the path)
+        Case("compare-out-is-file", ("compare", "--policies", "bcit,no_memory", "--seeds", "2", "--out",
+                                     "{case}/taken"), file, needle="--out"),
+        Case("compare-results-is-file", ("compare", "--policies", "bcit,no_memory", "--seeds", "2", "--out",
+                                         "{case}/cmp", "--results", "{case}/taken"), file, needle="--results"),
+        Case("compare-policy-twice", ("compare", "--policies", "bcit,no_memory,bcit", "--seeds", "2", "--out",
+                                      "{case}/cmp"), needle="more than once"),
+        Case("retrospective-out-under-file", ("retrospective", "--execute", "--size", "test", "--out",
+                                              "{case}/taken/r"), file, needle="--out"),
+        Case("retrospective-cells-negative", ("retrospective", "--execute", "--size", "test", "--cells", "-2",
+                                              "--out", "{case}/r"), needle="--cells"),
+        Case("seed-bank-bank-is-dir", ("world", "seed-bank", "--size", "test", "--bank", "{case}/d"), dirs=("d",),
+             needle="not a file"),
         Case("train-fraction-zero", ("train", "--card", "{ok}/card.json", "--parent", "{ok}/parent", "--fraction", "0",
                                      "--out", "{case}/out"), needle="--fraction"),
         Case("eval-n-zero", ("eval", "--model", "{ok}/parent", "--suite", "ifeval", "--n", "0"), needle="--n"),
@@ -364,7 +377,8 @@ def test_the_corpus_is_large_and_covers_every_command():
     assert len(CASES) >= 300 and len({c.id for c in CASES}) == len(CASES)
     commands = {c.argv[0] if c.argv[0] != "bank" else f"bank {c.argv[1]}" for c in CASES}
     assert {"authorize", "audit", "replay", "run", "eval", "train", "bank import", "bank init", "bank list",
-            "bank show", "bank verify", "bank export", "bank consolidate"} <= commands
+            "bank show", "bank verify", "bank export", "bank consolidate", "compare", "retrospective",
+            "world"} <= commands
 
 
 def _snapshot(root: Path) -> dict[str, str]:

@@ -12,6 +12,7 @@ from experience_bank.files import write_atomic
 from agent.config import build_config
 from agent.experiments.executor import session, task_resources
 from agent.experiments.fitted import gonogo_inputs, gonogo_rule, held_out_sources
+from agent.inputs import check_out_dir
 from agent.world.embedded import check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
@@ -198,6 +199,9 @@ def cmd_compare(args) -> int:
     from agent.experiments.compare import compare, compare_worlds  # noqa: PLC0415
 
     policies = _policies(args.policies)
+    check_out_dir(args.out)  # before any episode: each would fail on it, and the tables after them
+    if args.results and not args.report:
+        check_out_dir(args.results, "--results")
     if not 1 <= args.seeds <= 20 or args.jobs < 1:
         raise BadInput("--seeds must be 1..20 (the sign-flip test enumerates 2^n) and --jobs at least 1")
     if args.config and not Path(args.config).is_file():
@@ -285,6 +289,7 @@ def cmd_retrospective(args) -> int:
         raise BadInput("agent retrospective trains models: pass --execute to run it (see --help)")
     from agent.experiments.retrospective import cell_resources, retrospective  # noqa: PLC0415
 
+    check_out_dir(args.out)  # before the world is built
     _no_cache(args)
     with session(args.executor, address=args.address, resources=cell_resources()) as executor:
         result = retrospective(Path(args.out), size=args.size, world_seed=args.world_seed, n_cells=args.cells,

@@ -14,6 +14,7 @@ import sys
 import time
 
 from agent.config import build_config, check_threads
+from agent.inputs import check_bank_file
 from agent.progress import reporter
 from agent.world.embedded import ensure_world
 from agent.world.factory import seed_cards, world_for
@@ -84,11 +85,13 @@ def cmd_seed_bank(args) -> int:
     if args.config:  # the world the config names (embedded or local: agent.world.interface)
         cfg = build_config(args.config, {"world_seed": args.world_seed})
         args.bank, cards = args.bank or cfg.bank, cards or seed_cards(cfg)
+        check_bank_file(args.bank)  # before the world is built, not after it
         with _progress("world") as progress:
             world = world_for(cfg, progress)
     else:
         if args.bank is None:
             raise BadInput("agent world seed-bank needs --bank BANK (or --config CFG naming one)")
+        check_bank_file(args.bank)
         with _progress(f"world {args.size}") as progress:
             world = ensure_world(args.size, world_seed=args.world_seed or 0, progress=progress, threads=args.threads)
     with _progress("seed bank") as progress:
