@@ -129,12 +129,15 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> None:
             raise BadInput(f"{flag} {path} lies under {parent}, which is a file: give a directory path")
 
 
-def check_out_file(path: str | Path, flag: str = "--out") -> None:
-    """An output file may be new or an existing file (replaced), never a directory."""
+def check_out_file(path: str | Path, flag: str = "--out", *, new_folders: bool = False) -> None:
+    """An output file may be new or an existing file (replaced), never a directory. Its folder must
+    exist, or with `new_folders` (a command that creates it) must not lie under a file."""
     p = Path(path)
     if p.is_dir():
         raise BadInput(f"{flag} {path} is a directory: give a file path")
-    if not p.parent.is_dir():
+    if new_folders:
+        check_out_dir(p.parent, f"{flag} {path}: its folder")
+    elif not p.parent.is_dir():
         raise BadInput(f"{flag} {path}: folder {p.parent} does not exist; create it first")
 
 

@@ -325,6 +325,10 @@ def _model_cases() -> list[Case]:
     return out
 
 
+RETRO = str(Path(__file__).resolve().parents[1] / "docs" / "results" / "retrospective-v7-w0")
+"""A committed executed retrospective: what extrapolate and gonogo read before they write."""
+
+
 def _out_cases() -> list[Case]:
     file = {"taken": b"a file\n"}
     return [
@@ -347,6 +351,9 @@ def _out_cases() -> list[Case]:
                                               "{case}/taken/r"), file, needle="--out"),
         Case("retrospective-cells-negative", ("retrospective", "--execute", "--size", "test", "--cells", "-2",
                                               "--out", "{case}/r"), needle="--cells"),
+        Case("extrapolate-save-under-file", ("extrapolate", "--retrospective", RETRO, "--out", "{case}/x.md",
+                                             "--save", "{case}/taken/m.json"), file, needle="--save"),
+        Case("gonogo-model-is-dir", ("gonogo", RETRO, "--model", "{case}/d"), dirs=("d",), needle="--model"),
         Case("seed-bank-bank-is-dir", ("world", "seed-bank", "--size", "test", "--bank", "{case}/d"), dirs=("d",),
              needle="not a file"),
         Case("train-fraction-zero", ("train", "--card", "{ok}/card.json", "--parent", "{ok}/parent", "--fraction", "0",

@@ -12,7 +12,7 @@ from experience_bank.files import write_atomic
 from agent.config import build_config
 from agent.experiments.executor import session, task_resources
 from agent.experiments.fitted import gonogo_inputs, gonogo_rule, held_out_sources
-from agent.inputs import check_out_dir
+from agent.inputs import check_out_dir, check_out_file
 from agent.world.embedded import check_world_seed
 from agent.world.factory import check_cached_world
 from policies import POLICIES
@@ -152,6 +152,8 @@ def cmd_gonogo(args) -> int:
     from agent.experiments.gonogo_baselines import TRIAL, baselines  # noqa: PLC0415 (torch, through the trial's verdict)
 
     ltt.check_levels(args.alpha, args.delta)
+    if args.model:  # before the evaluation's minute, not after it
+        check_out_file(args.model, "--model", new_folders=True)
     runs, records = gonogo_inputs([Path(s) for s in args.sources])
     rule = gonogo_rule(args.alpha, args.delta)
     plain, per_fold = baselines(runs, records)
@@ -307,6 +309,9 @@ def cmd_extrapolate(args) -> int:
         raise BadInput(f"--out {args.out}: the report is Markdown (its JSON goes beside it); pass a path ending in .md")
     if args.save and Path(args.save).suffix != ".json":
         raise BadInput(f"--save {args.save}: the model is JSON; pass a path ending in .json")
+    for flag, path in (("--out", args.out), ("--save", args.save)):
+        if path:  # both before the fit: a --save refused after it left the report written
+            check_out_file(path, flag, new_folders=True)
     fitted, reports = measure(args.retrospective, min_runs=MIN_RUNS if args.min_runs is None else args.min_runs,
                               choice=args.model)
     command = "agent extrapolate " + " ".join(f"--retrospective {shlex.quote(s)}" for s in args.retrospective)
