@@ -277,28 +277,29 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def read_yaml(path: str) -> dict[str, Any]:
-    """The mapping in a config file; BadInput when missing, unparseable or not a mapping."""
+def read_yaml(path: str, what: str = "config file") -> dict[str, Any]:
+    """The mapping in a YAML file (`what` names it in errors: a run config, a user's recipe); BadInput
+    when missing, unparseable or not a mapping."""
     if not Path(path).is_file():
         raise BadInput(f"config file {path} not found: pass an existing --config path (e.g. runs/default.yaml)")
-    text = read_text(path, "config file")
+    text = read_text(path, what)
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise BadInput(f"config file {path} is not valid YAML{where}: fix the syntax") from None
+        raise BadInput(f"{what} {path} is not valid YAML{where}: fix the syntax") from None
     except BadInput:
         raise
     except RecursionError:
-        raise BadInput(f"config file {path} nests deeper than a config can: use flat keys and values") from None
+        raise BadInput(f"{what} {path} nests deeper than a config can: use flat keys and values") from None
     except ValueError:  # e.g. an integer past Python's 4,300-digit conversion limit
-        raise BadInput(f"config file {path} holds a value that cannot be read (an integer of thousands of digits?):"
+        raise BadInput(f"{what} {path} holds a value that cannot be read (an integer of thousands of digits?):"
                        " use plain values") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise BadInput(f"config file {path} must be a mapping of keys to values")
+        raise BadInput(f"{what} {path} must be a mapping of keys to values")
     return data
 
 

@@ -382,7 +382,7 @@ def read_recipe(path: str | Path, *, family: str | None = None, targets: tuple[s
     minutes to build: `agent cards import` calls this first); BadInput naming the key."""
     path = Path(path)
     where = path.name
-    raw = read_yaml(str(path))
+    raw = read_yaml(str(path), "recipe")
     if not isinstance(raw, dict) or not raw:
         raise BadInput(f"{where}: expected a mapping of keys (a TRL or LlamaFactory YAML config)")
     fmt = recipe_format(raw)
