@@ -363,8 +363,9 @@ def test_an_output_file_that_is_a_folder_is_one_line_naming_it(tmp_path, capsys)
     (tmp_path / "x.md").mkdir()
     assert main(["extrapolate", "--retrospective", str(v3), "--out", str(tmp_path / "x.md")]) == 2
     line = _one_line(capsys.readouterr().err)
-    assert f"cannot write {tmp_path / 'x.md'} (it is a folder, not a file)" in line
-    # an atomic write names the file it was to replace, not its temporary sibling
+    assert f"--out {tmp_path / 'x.md'} is a directory" in line  # refused before the fit
+    # where a write meets a folder all the same, the atomic write names the file it was to replace,
+    # not its temporary sibling
     with pytest.raises(IsADirectoryError) as exc:
         files.write_atomic(tmp_path / "x.md", "text")
     assert str(path_fault(exc.value)).startswith(f"cannot write {tmp_path / 'x.md'} (it is a folder")
