@@ -1,6 +1,7 @@
 """Typed, frozen records of the experience bank (docs/AUTHORIZER.md §2, §7).
 
-Every record that crosses a boundary (file, database, LLM output, CLI) is one of these.
+Every record that crosses a boundary (file, database, LLM output, CLI) is one of these, or a
+decision or event built on them (experience_bank/decisions.py).
 They are strict: unknown keys, type coercion, NaN and inf are errors. Parse untrusted JSON
 with `parse_record` / `parse_card` (duplicate keys are refused before validation, so a
 record has exactly one content hash).
