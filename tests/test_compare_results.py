@@ -176,15 +176,20 @@ def test_a_report_runs_nothing_and_covers_the_seeds_every_policy_has_finished(tm
     assert full["policies"]["good"]["endpoint_mean"] == pytest.approx(44.0)
     doc = json.loads((results / "compare.json").read_text())  # the results' tables are the report's
     assert "A measurement under way" in (results / "compare.md").read_text()
-    assert doc["meta"]["finished"] == [["world-0", 2, 4], ["world-1", 3, 4]]  # of 2 policies x 2 seeds each
+    assert doc["meta"]["finished"] == [["world-0", 2, 4, True], ["world-1", 3, 4, True]]  # of 2 policies x 2 seeds each
     assert "Finished so far: world-0, 2 of 4 episodes; world-1, 3 of 4 episodes." in (results / "compare.md").read_text()
     assert doc["meta"]["seeds"] == [0] and [e["unit"] for e in doc["episodes"]] == ["w0-s0", "w0-s0", "w1-s0", "w1-s0"]
-    # a world with no paired seed is left out; none anywhere is one line of BadInput
-    for p in ("good", "meh"):
-        (results / "world-0" / "episodes" / f"{p}-s0.json").unlink()
+    # a world with no paired seed is left out of the tables, and its episodes still counted; none anywhere
+    # is one line of BadInput
+    (results / "world-0" / "episodes" / "meh-s0.json").unlink()
     only = C.compare_worlds(tmp_path / "m3", ["good", "meh"], [0, 1], [0, 1], argv_for=argv_for, results=results,
                             report_only=True)
     assert list(only["per_world"]) == ["1"] and len(calls()) == 8
+    assert json.loads((results / "compare.json").read_text())["meta"]["finished"] == [
+        ["world-0", 1, 4, False], ["world-1", 3, 4, True]]
+    assert ("Finished so far: world-0, 1 of 4 episodes (no seed with every policy yet: not in these tables); "
+            "world-1, 3 of 4 episodes.") in (results / "compare.md").read_text()
+    (results / "world-0" / "episodes" / "good-s0.json").unlink()
     (results / "world-1" / "episodes" / "meh-s0.json").unlink()
     with pytest.raises(BadInput, match="no world has a seed with all 2 policies finished"):
         C.compare_worlds(tmp_path / "m4", ["good", "meh"], [0, 1], [0, 1], argv_for=argv_for, results=results,

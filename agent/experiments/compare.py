@@ -206,11 +206,13 @@ def compare(out: Path, policies: list[str], seeds: list[int], *, budget: str | N
                     executor=executor or LocalExecutor(n_jobs), start=start, report_only=report_only)[0]
 
 
-def _report_meta(stored: list[CR.Stored]) -> dict[str, Any]:
+def _report_meta(stored: list[CR.Stored], every: list[CR.Stored] | None = None) -> dict[str, Any]:
     """What a report adds to its tables' meta: that it ran nothing, the code its episodes ran, and how
-    far each world's measurement is (episodes finished of those asked for)."""
+    far each world's measurement is (episodes finished of those asked for; `every`: also the worlds
+    left out of the tables, none of whose seeds has every policy yet, flagged False)."""
+    shown = {id(s) for s in stored}
     return {"report_only": True, "measured_code": CR.one_code(stored),
-            "finished": [[s.results.name, len(s.taken), len(s.matches)] for s in stored]}
+            "finished": [[s.results.name, len(s.taken), len(s.matches), id(s) in shown] for s in every or stored]}
 
 
 def _code(results: Path | None, report_only: bool) -> dict[str, Any] | None:
@@ -338,6 +340,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
              for ws in world_seeds]
     CR.claim_out([plan.out for plan in plans], code)
     if report_only:  # the worlds with at least one seed every policy has finished
+        every = [plan.stored for plan in plans if plan.stored is not None]
         kept = [(ws, plan) for ws, plan in zip(world_seeds, plans)
                 if plan.stored is not None and paired_seeds(policies, seeds, plan.stored.taken)]
         if not kept:
@@ -356,7 +359,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
             "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,
             "fitted": {str(ws): fitted_summary(_models_dir(plan, report_only)) for ws, plan in zip(world_seeds, plans)}} | (
-                _report_meta([plan.stored for plan in plans]) if report_only else {})
+                _report_meta([plan.stored for plan in plans], every) if report_only else {})
     write_outputs(out, summary, pooled, meta)
     if results:
         CR.publish_table(out, results)

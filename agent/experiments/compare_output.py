@@ -40,10 +40,14 @@ def _code_line(code: dict[str, Any] | None) -> str:
 
 
 def _finished_line(finished: list | None) -> str:
-    """` Finished so far: ...`: each world's episodes with a digest, of the (policy, seed) pairs asked for."""
+    """` Finished so far: ...`: each world's episodes with a digest, of the (policy, seed) pairs asked for,
+    and which worlds the tables leave out for want of a seed every policy has finished."""
     if not finished:
         return ""
-    return " Finished so far: " + "; ".join(f"{name}, {k} of {n} episodes" for name, k, n in finished) + "."
+    def world(name: str, k: int, n: int, in_tables: bool = True) -> str:  # rows written before the flag have three
+        return f"{name}, {k} of {n} episodes" + ("" if in_tables else " (no seed with every policy yet: not in these tables)")
+
+    return " Finished so far: " + "; ".join(world(*row) for row in finished) + "."
 
 
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
