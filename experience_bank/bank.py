@@ -8,6 +8,7 @@ Plain SQLite through sqlite-utils (schema in `migrations.py`). Guarantees and th
 - after each commit the new chain head is appended to the head log beside the bank
   (`heads.py`), so `verify --against` also catches a history rewritten with every hash
   recomputed. An in-memory bank has no head log.
+Records and library versions are here; an episode's history H_t is in `history.py`.
 """
 
 from __future__ import annotations
@@ -21,17 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from pydantic import TypeAdapter, ValidationError
 from sqlite_utils import Database
 
-from experience_bank import chains, hashing, heads, integrity, library, migrations, paths
+from experience_bank import chains, heads, integrity, library, migrations, paths
 from experience_bank.consolidate import NOISE_PP, conflicted_hashes, fact_of, plan
 from experience_bank.errors import BadInput, Busy, WriteFault, write_fault
 from experience_bank.files import jsonl_text
-from experience_bank.hashing import canonical_json, chain_hash, sha256_text
+from experience_bank.history import EpisodeHistory
 from experience_bank.library import record_row
-from experience_bank.records import HistoricalRecord, Ident, Proposal, Sha256, parse_model, parse_record
-from experience_bank.decisions import Decision, Event
+from experience_bank.records import HistoricalRecord, Proposal, parse_record
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for another process's write transaction before giving up."""
@@ -44,8 +43,6 @@ MMAP_BYTES = 1 << 34  # SQLite caps it at its build limit (2 GiB here)
 """Reads map the file instead of a read() call per page: lookups by hash over a 2 GB bank
 (1e6 records) are random accesses, and the OS page cache already holds the file."""
 Record = HistoricalRecord | Proposal
-_IDENT = TypeAdapter(Ident)
-_SHA = TypeAdapter(Sha256)
 
 
 @dataclass(frozen=True)
@@ -60,17 +57,6 @@ class LibraryEntry:
     """Contradicting evidence for the same card and context is in this version: no direct Train."""
     missing: tuple[str, ...] = ()
     """Provenance artefacts that were absent when this version was consolidated."""
-
-
-class SeqTaken(BadInput):
-    """A different event already holds this (episode, seq): re-read the history and append after it."""
-
-
-def _check(adapter: TypeAdapter, value: object, what: str) -> None:
-    try:
-        adapter.validate_python(value, strict=True)
-    except ValidationError:
-        raise BadInput(f"{what} {value!r} is malformed: see experience_bank/records.py for its pattern") from None
 
 
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
@@ -101,7 +87,7 @@ def _jsonl_records(path: Path) -> Iterator[Record]:
             raise BadInput(f"{path} line {n}: {exc}") from None
 
 
-class Bank:
+class Bank(EpisodeHistory):
     """An experience bank in one SQLite file (or `":memory:"` for tests)."""
 
     def __init__(self, path: str | Path = ":memory:", wait_s: float = BUSY_TIMEOUT_S):
@@ -330,130 +316,6 @@ class Bank:
                                                note, None, None)
         self._heads.append(heads.library_line(version, head))
         return version
-
-    # --- episodes and the history H_t ---------------------------------------------------
-
-    def _episode(self, episode_id: str) -> dict:
-        row = self.db.execute("SELECT manifest_hash, library_version, genesis, finished_at FROM episodes "
-                              "WHERE episode_id = ?", [episode_id]).fetchone()
-        if row is None:
-            raise BadInput(f"no episode {episode_id!r} in the bank: start it first")
-        return dict(zip(("manifest_hash", "library_version", "genesis", "finished_at"), row))
-
-    def _running(self, episode_id: str) -> dict:
-        episode = self._episode(episode_id)
-        if episode["finished_at"] is not None:
-            raise BadInput(f"episode {episode_id!r} is finished: its history is closed")
-        return episode
-
-    def _journal(self, episode_id: str, kind: str, ref: str) -> None:
-        self._heads.append(heads.episode_line(episode_id, *chains.journal(self.db, episode_id, kind, ref)))
-
-    def start_episode(self, episode_id: str, manifest_hash: str, library_version: int) -> None:
-        """Open an episode over a library version (idempotent for the same arguments)."""
-        _check(_IDENT, episode_id, "episode id")
-        _check(_SHA, manifest_hash, "manifest hash")
-        with self._write() as db:
-            if not self._has_version(library_version):
-                raise BadInput(f"no library version {library_version} (latest is {self.current_library_version()})")
-            old = db.execute("SELECT manifest_hash, library_version FROM episodes WHERE episode_id = ?",
-                             [episode_id]).fetchone()
-            if old is not None and tuple(old) != (manifest_hash, library_version):
-                raise BadInput(f"episode {episode_id!r} already exists in this bank with another manifest or library "
-                               "version: a run directory's name is its episode id, so give --out a new name (or "
-                               f"`agent run --resume` the run named {episode_id})")
-            if old is None:
-                genesis = integrity.episode_genesis(episode_id, manifest_hash, library_version)
-                db.execute("INSERT INTO episodes (episode_id, manifest_hash, library_version, genesis, started_at) "
-                           "VALUES (?, ?, ?, ?, ?)", [episode_id, manifest_hash, library_version, genesis, library.now()])
-                self._heads.append(heads.episode_line(episode_id, *chains.episode_head(db, episode_id)))
-
-    def _insert_decision(self, episode_id: str, decision: Decision) -> str:
-        if hashing.decision_hash(decision.model_dump(mode="json")) != decision.decision_hash:
-            raise BadInput(f"decision for {decision.candidate_id} has a decision_hash that does not match its "
-                           "fields: compute it with experience_bank.hashing.decision_hash")
-        seen = self.db.execute("SELECT 1 FROM decisions WHERE episode_id = ? AND decision_hash = ?",
-                               [episode_id, decision.decision_hash]).fetchone()
-        if seen is None:
-            self.db.execute("INSERT INTO decisions (episode_id, decision_hash, candidate_id, body, written_at) "
-                            "VALUES (?, ?, ?, ?, ?)", [episode_id, decision.decision_hash, decision.candidate_id,
-                                                        canonical_json(decision), library.now()])
-            self._journal(episode_id, "decision", decision.decision_hash)
-        return decision.decision_hash
-
-    def record_decision(self, episode_id: str, decision: Decision) -> str:
-        """Freeze a decision before any outcome exists (idempotent on its hash)."""
-        with self._write():
-            self._running(episode_id)
-            return self._insert_decision(episode_id, decision)
-
-    def append_event(self, event: Event) -> str:
-        """Append an executed event at the next seq; return its chain hash.
-
-        Idempotent: the identical event at an existing seq returns the stored hash; a different
-        one raises SeqTaken. Its decision is frozen too, in the same transaction, if it was not."""
-        if event.candidate_id != event.decision.candidate_id:
-            raise BadInput(f"event {event.seq} is for {event.candidate_id} but its decision is for "
-                           f"{event.decision.candidate_id}: use one candidate id")
-        paths.check_paths(event.artefacts, f"event {event.seq}")
-        body = canonical_json(event)
-        body_hash = sha256_text(body)
-        with self._write() as db:
-            row = db.execute("SELECT body_hash, hash FROM events WHERE episode_id = ? AND seq = ?",
-                             [event.episode_id, event.seq]).fetchone()
-            if row is not None:
-                if row[0] != body_hash:
-                    raise SeqTaken(f"episode {event.episode_id!r} seq {event.seq} already holds a different event: "
-                                   "re-read the history and append after it")
-                return row[1]
-            episode = self._running(event.episode_id)
-            last = db.execute("SELECT seq, hash FROM events WHERE episode_id = ? ORDER BY seq DESC LIMIT 1",
-                              [event.episode_id]).fetchone()
-            next_seq, prev = (0, episode["genesis"]) if last is None else (last[0] + 1, last[1])
-            if event.seq != next_seq:
-                raise BadInput(f"episode {event.episode_id!r} expects seq {next_seq}, got {event.seq}: no gaps")
-            self._insert_decision(event.episode_id, event.decision)
-            link = chain_hash(prev, body_hash)
-            db.execute("INSERT INTO events (episode_id, seq, candidate_id, body, body_hash, prev_hash, hash, written_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [event.episode_id, event.seq, event.candidate_id,
-                                                           body, body_hash, prev, link, library.now()])
-            self._journal(event.episode_id, "event", str(event.seq))
-            return link
-
-    def events(self, episode_id: str) -> list[Event]:
-        """The episode's history H_t in order."""
-        self._episode(episode_id)
-        rows = self.db.execute("SELECT body FROM events WHERE episode_id = ? ORDER BY seq", [episode_id])
-        return [parse_model(Event, b) for (b,) in rows]
-
-    def stage_observation(self, episode_id: str, record: HistoricalRecord) -> str:
-        """Keep new evidence produced by a running episode for its consolidation (idempotent)."""
-        if not isinstance(record, HistoricalRecord):
-            raise BadInput("only a HistoricalRecord (with evidence) can be staged as an observation")
-        paths.check_paths(record.provenance.artefacts, f"observation of {record.card.id}")
-        row = record_row(record)
-        with self._write() as db:
-            seen = db.execute("SELECT 1 FROM staged WHERE episode_id = ? AND record_hash = ?",
-                              [episode_id, row["hash"]]).fetchone()
-            if seen is None:
-                self._running(episode_id)
-                db.execute(library.INSERT_RECORD, row)
-                db.execute("INSERT INTO staged (episode_id, record_hash, written_at) VALUES (?, ?, ?)",
-                           [episode_id, row["hash"], library.now()])
-                self._journal(episode_id, "staged", row["hash"])
-        return row["hash"]
-
-    def staged(self, episode_id: str) -> list[HistoricalRecord]:
-        rows = self.db.execute("SELECT r.body FROM staged s JOIN records r ON r.hash = s.record_hash "
-                               "WHERE s.episode_id = ? ORDER BY s.rowid", [episode_id])
-        return [parse_record(b) for (b,) in rows]
-
-    def finish_episode(self, episode_id: str) -> None:
-        """Close the episode's history (idempotent)."""
-        with self._write() as db:
-            if self._episode(episode_id)["finished_at"] is None:
-                db.execute("UPDATE episodes SET finished_at = ? WHERE episode_id = ?", [library.now(), episode_id])
-                self._journal(episode_id, "finish", "finish")
 
     # --- consolidation and verification -------------------------------------------------
 

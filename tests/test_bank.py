@@ -5,7 +5,8 @@ import sqlite3
 import pytest
 
 from support.bank_factory import decision, event, proposal, record, sha
-from experience_bank.bank import Bank, SeqTaken
+from experience_bank.bank import Bank
+from experience_bank.history import SeqTaken
 from experience_bank.errors import BadInput
 from experience_bank.hashing import chain_hash, content_hash
 from experience_bank.migrations import SCHEMA_VERSION

@@ -132,7 +132,8 @@ def test_kill_9_during_bulk_import_leaves_all_or_none(tmp_path):
 APPENDER = """
     import sys
     from support.bank_factory import event
-    from experience_bank.bank import Bank, SeqTaken
+    from experience_bank.bank import Bank
+    from experience_bank.history import SeqTaken
     bank = Bank.open(sys.argv[1])
     tag, n, done = sys.argv[2], int(sys.argv[3]), 0
     while done < n:
