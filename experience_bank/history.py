@@ -43,8 +43,7 @@ class EpisodeHistory:
     db: Database
     _heads: list[dict]
     _write: Callable[[], ContextManager[Database]]
-    _has_version: Callable[[int], bool]
-    current_library_version: Callable[[], int]
+    _version: Callable[[int | None], int]
 
     def _episode(self, episode_id: str) -> dict:
         row = self.db.execute("SELECT manifest_hash, library_version, genesis, finished_at FROM episodes "
@@ -67,8 +66,7 @@ class EpisodeHistory:
         _check(_IDENT, episode_id, "episode id")
         _check(_SHA, manifest_hash, "manifest hash")
         with self._write() as db:
-            if not self._has_version(library_version):
-                raise BadInput(f"no library version {library_version} (latest is {self.current_library_version()})")
+            self._version(library_version)  # BadInput naming the latest when it does not exist
             old = db.execute("SELECT manifest_hash, library_version FROM episodes WHERE episode_id = ?",
                              [episode_id]).fetchone()
             if old is not None and tuple(old) != (manifest_hash, library_version):
