@@ -32,10 +32,8 @@ from typing import Iterator
 from experience_bank import integrity
 from experience_bank.bank import Bank
 from experience_bank.hashing import content_hash
-from experience_bank.records import (
-    Adapter, Applicability, CandidateCard, CurrentContext, DataMix, DataRecipe, DatasetRef, HistoricalRecord,
-    HyperParams, ModelRef, NominalBudget, Provenance, SourceContext, SourceEvidence,
-)
+from experience_bank.cards import Adapter, CandidateCard, DataMix, DataRecipe, DatasetRef, HyperParams, NominalBudget
+from experience_bank.records import Applicability, CurrentContext, HistoricalRecord, ModelRef, Provenance, SourceContext, SourceEvidence
 from policies import EpisodeState, PolicyConfig, decide, next_state
 
 CONTEXTS = 10

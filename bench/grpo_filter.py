@@ -69,7 +69,7 @@ def _run(ports: Any, card: Any, variant: str, seed: int, out: Path, split: str) 
 
 def _with(card: Any, part: str, changes: dict[str, Any]) -> Any:
     """The card with `changes` in one of its parts (`hparams`, `data`), validated as any card is."""
-    from experience_bank.records import CandidateCard
+    from experience_bank.cards import CandidateCard
 
     body = card.model_dump()
     body[part] |= changes

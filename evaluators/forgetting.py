@@ -18,7 +18,7 @@ from typing import Annotated
 from pydantic import Field
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen, Ident
+from experience_bank.frozen import Frozen, Ident
 from experience_bank.results import SuiteResult
 
 Results = Mapping[str, SuiteResult]

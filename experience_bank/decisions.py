@@ -1,6 +1,6 @@
 """Decisions and events: what the authorizer decided about a candidate, and what an episode then did
 (docs/AUTHORIZER.md §3, §7). The records they read (cards, contexts, evidence) are in
-`experience_bank/records.py`; the same strictness holds (frozen, unknown keys and NaN are errors).
+`experience_bank/cards.py` and `experience_bank/records.py`; the same strictness holds (frozen, unknown keys and NaN are errors).
 """
 
 from __future__ import annotations
@@ -9,18 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from experience_bank.records import (
-    Action,
-    ExtrapolatedRetention,
-    Fraction,
-    Frozen,
-    Grade,
-    Ident,
-    Nu,
-    Sha256,
-    TrialCurve,
-    omit_empty,
-)
+from experience_bank.frozen import Action, Fraction, Frozen, Grade, Ident, Nu, Sha256, omit_empty
+from experience_bank.records import ExtrapolatedRetention, TrialCurve
 
 
 FieldScore = Literal[0.0, 0.5, 1.0]

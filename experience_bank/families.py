@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from experience_bank.records import Family
+from experience_bank.frozen import Family
 
 FAMILIES: tuple[str, ...] = get_args(Family)
 """finance, sql, function (the order of every per-family table)."""

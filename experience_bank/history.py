@@ -17,7 +17,8 @@ from experience_bank.decisions import Decision, Event
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, chain_hash, sha256_text
 from experience_bank.library import record_row
-from experience_bank.records import HistoricalRecord, Ident, Sha256, parse_model, parse_record
+from experience_bank.frozen import Ident, Sha256, parse_model
+from experience_bank.records import HistoricalRecord, parse_record
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -34,7 +35,7 @@ def _check(adapter: TypeAdapter, value: object, what: str) -> None:
     try:
         adapter.validate_python(value, strict=True)
     except ValidationError:
-        raise BadInput(f"{what} {value!r} is malformed: see experience_bank/records.py for its pattern") from None
+        raise BadInput(f"{what} {value!r} is malformed: see experience_bank/frozen.py for its pattern") from None
 
 
 class EpisodeHistory:

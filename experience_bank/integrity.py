@@ -31,7 +31,8 @@ from sqlite_utils import Database
 from experience_bank import chains, files, heads, migrations
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, chain_hash, content_hash, loads_strict, sha256_text
-from experience_bank.records import parse_model, parse_record
+from experience_bank.frozen import parse_model
+from experience_bank.records import parse_record
 from experience_bank.decisions import Decision, Event
 
 

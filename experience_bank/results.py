@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen, Ident, Sha256
+from experience_bank.frozen import Frozen, Ident, Sha256
 
 Group = Literal["CAN", "WILL", "HOW"]
 Direction = Literal["higher", "lower", "change"]

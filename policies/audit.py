@@ -32,7 +32,8 @@ from pydantic import Field, model_serializer
 from experience_bank.errors import BadInput
 from experience_bank.files import jsonl_text
 from experience_bank.hashing import chain_hash, content_hash, loads_strict
-from experience_bank.records import CurrentContext, Frozen, Ident, Sha256, TrialCurve, omit_empty, parse_model, parse_record
+from experience_bank.frozen import Frozen, Ident, Sha256, omit_empty, parse_model
+from experience_bank.records import CurrentContext, TrialCurve, parse_record
 from experience_bank.decisions import Decision, Features
 from policies import stats
 from policies.authorize import (

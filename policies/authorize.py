@@ -33,7 +33,8 @@ from pydantic import Field, model_serializer
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, decision_hash
-from experience_bank.records import CurrentContext, Frozen, HistoricalRecord, Proposal, omit_empty
+from experience_bank.frozen import Frozen, omit_empty
+from experience_bank.records import CurrentContext, HistoricalRecord, Proposal
 from experience_bank.decisions import Decision, Features
 from policies.features import compile as compile_features
 

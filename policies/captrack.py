@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen, Ident
+from experience_bank.frozen import Frozen, Ident
 from experience_bank.results import Group, MetricSpec, Severity, SuiteResult
 from policies.stats import PairedStats, paired_stats
 

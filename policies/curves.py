@@ -30,7 +30,8 @@ from typing import Literal, Protocol
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
-from experience_bank.records import CandidateCard, Frozen
+from experience_bank.cards import CandidateCard
+from experience_bank.frozen import Frozen
 from policies.outcomes import OutcomeClass, outcome_class
 
 RETENTION = ("ifeval.prompt_strict", "ifeval.inst_strict")

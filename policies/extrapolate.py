@@ -64,7 +64,8 @@ from scipy import optimize, stats
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
-from experience_bank.records import ExtrapolatedRetention, Frozen, TrialCurve, parse_model
+from experience_bank.frozen import Frozen, parse_model
+from experience_bank.records import ExtrapolatedRetention, TrialCurve
 from policies.curves import (CONTROL_FOOTING_WARNING, RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on,
                              footing_of, trial_curve)
 from policies.outcomes import retention_safe

@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen
+from experience_bank.frozen import Frozen
 from policies.curves import RETENTION, Footing, PairedRun, curve_on, footing_of
 from policies.extrapolate import MIN_RUNS, Choice, MetricPrediction, fit, safe, predict
 from policies.stats import clopper_pearson, mean_interval

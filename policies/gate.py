@@ -30,7 +30,7 @@ from pydantic import Field
 
 from experience_bank.errors import BadInput
 from experience_bank.families import FAMILIES
-from experience_bank.records import Frozen, Ident
+from experience_bank.frozen import Frozen, Ident
 from experience_bank.results import GateCheck, GateVerdict, MetricSpec, SanityCheck, Severity, SuiteResult
 from policies.captrack import SEVERITIES, CapDrift, Outcomes, Results, captrack_profile, metric_value
 from policies.stats import PairedStats, paired_stats

@@ -59,7 +59,7 @@ from sklearn.preprocessing import StandardScaler
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
-from experience_bank.records import Frozen, parse_model
+from experience_bank.frozen import Frozen, parse_model
 from policies.curves import Footing, PairedRun, footing_of
 from policies.gonogo_features import (FEATURE_NAMES, PRIOR_FEATURE_NAMES, Record, features, matrix, record_features,
                                       record_key)

@@ -35,7 +35,7 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen
+from experience_bank.frozen import Frozen
 from policies import gonogo, gonogo_features, ltt
 from policies.curves import Footing, PairedRun, footing_of
 from policies.stats import clopper_pearson

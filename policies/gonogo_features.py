@@ -15,7 +15,7 @@ from typing import Any, get_args
 import numpy as np
 
 from experience_bank.families import FAMILIES
-from experience_bank.records import Grade
+from experience_bank.frozen import Grade
 from experience_bank.results import SHORT_FRACTIONS
 from policies.curves import RETENTION, CardFacts, CurvePoint, Footing, PairedRun, curve_on
 

@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen
+from experience_bank.frozen import Frozen
 from policies.stats import clopper_pearson
 
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 21))

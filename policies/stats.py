@@ -18,7 +18,7 @@ from pydantic import Field
 from scipy import stats
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen
+from experience_bank.frozen import Frozen
 
 MAX_EXACT_PAIRS = 20
 """2^20 sign assignments is the largest exact enumeration we allow (about a second)."""

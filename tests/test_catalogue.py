@@ -7,7 +7,8 @@ import pytest
 from agent.world.catalogue import applicability, card_ids, catalogue, catalogue_sha256
 from agent.world.store import World
 from experience_bank.hashing import sha256_text
-from experience_bank.records import Applicability, CandidateCard, ModelRef
+from experience_bank.cards import CandidateCard
+from experience_bank.records import Applicability, ModelRef
 
 DATASETS = ("finance/target/train", "finance/target-cot/train", "sql/target/train", "sql/target-evidence/train",
             "sql/target-schema/train", "function/target/train", "function/target-random/train")

@@ -98,7 +98,8 @@ def test_an_sft_control_learns_the_parents_own_answers_and_a_grpo_control_its_pr
 
 def test_a_control_is_known_by_its_typed_role_not_by_its_id():
     from experience_bank.hashing import canonical_json
-    from experience_bank.records import CandidateCard, parse_model
+    from experience_bank.cards import CandidateCard
+    from experience_bank.frozen import parse_model
 
     w = fake_world()
     card = next(iter(catalogue(w)))

@@ -102,7 +102,7 @@ def test_the_pilots_summary_and_learning_rate_variant():
 def test_a_filtered_card_is_grpo_only_and_an_unfiltered_recipe_keeps_its_bytes():
     from agent.world.catalogue import card_by_id
     from agent.world.embedded import ensure_world
-    from experience_bank.records import CandidateCard
+    from experience_bank.cards import CandidateCard
 
     world = ensure_world("test", threads=1)
     grpo, sft = card_by_id(world, "G09"), card_by_id(world, "S09")

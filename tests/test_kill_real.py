@@ -96,7 +96,7 @@ PLAN = (
 
 def _card(world, cid: str, overrides: dict):
     from agent.world.catalogue import REPLAY_ENTRIES, card_by_id
-    from experience_bank.records import CandidateCard, DataMix, DatasetRef
+    from experience_bank.cards import CandidateCard, DataMix, DatasetRef
 
     card = card_by_id(world, cid).model_dump()
     steps = overrides.get("steps", card["budget"]["steps"])

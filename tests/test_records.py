@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 from support.bank_factory import card, event, proposal, record
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
-from experience_bank.records import HistoricalRecord, parse_model, parse_record
+from experience_bank.frozen import parse_model
+from experience_bank.records import HistoricalRecord, parse_record
 from experience_bank.decisions import Event
 
 deltas = st.floats(-100, 100, allow_nan=False)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from test_train_world import card
 from trainers.data import build_examples, mix_replay, sample_recipe, split_counts
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 
 torch.set_num_threads(1)
 

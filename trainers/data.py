@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard, DataRecipe
+from experience_bank.cards import CandidateCard, DataRecipe
 
 Generate = Callable[[list[list[dict]]], list[str]]
 """Frozen-parent generation: a batch of prompts (message lists) -> one completion text each."""

@@ -14,7 +14,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 
 RewardFunc = Callable[..., list[float]]
 

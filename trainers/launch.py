@@ -25,7 +25,7 @@ from pathlib import Path
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.results import TrainResult
 
 ACCELERATE_CONFIG = "runs/accelerate_zero2.yaml"

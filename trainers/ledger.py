@@ -29,7 +29,7 @@ import sqlite_utils
 
 from experience_bank.errors import BadInput
 from experience_bank.files import sqlite_fault, sqlite_tables
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.results import TrainResult
 from trainers.steps import MAX_TRIAL_FRACTION, trial_steps
 

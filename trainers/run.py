@@ -37,7 +37,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.results import Snapshot, TrainResult, check_seed
 from trainers import checkpoint as ckpt
 from trainers import grpo, sft
@@ -254,7 +254,8 @@ def _save_child(trainer, tokenizer, card: CandidateCard, stage: Path) -> str | N
     return adapter_dir
 
 
-_CODE_FILES = ("trainers", "experience_bank/records.py", "experience_bank/results.py")
+_CODE_FILES = ("trainers", "experience_bank/frozen.py", "experience_bank/cards.py", "experience_bank/records.py",
+               "experience_bank/results.py")
 """What the trainer version hashes: this package and the records it reads and writes."""
 
 

@@ -13,7 +13,7 @@ from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 
 
 def check_examples(examples: Sequence[dict]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.results import SHORT_FRACTIONS
 
 MAX_TRIAL_FRACTION = 0.20

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.results import SuiteResult, TrainResult, TrialPoint, TrialResult
 from trainers.run import train
 from trainers.sanity import failed_checks

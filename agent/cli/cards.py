@@ -15,7 +15,7 @@ from agent.world.factory import world_for
 from agent.world.usercards.recipes import card_file, card_id, import_recipe, read_recipe
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
-from experience_bank.records import NominalBudget
+from experience_bank.cards import NominalBudget
 
 EXAMPLES = """examples:
   agent cards import sft.yaml --config runs/test.yaml --device-hours 3 --out cards

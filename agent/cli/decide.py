@@ -20,7 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from agent.inputs import check_bank_file, jsonl_lines, read_text
 from experience_bank.errors import BadInput
 from experience_bank.hashing import loads_strict
-from experience_bank.records import CurrentContext, Grade, Ident, Nu, parse_model
+from experience_bank.frozen import Grade, Ident, Nu, parse_model
+from experience_bank.records import CurrentContext
 from experience_bank.decisions import Decision
 from policies import EpisodeState, PolicyConfig, authorize, decide, features_from_row, next_state
 from policies.authorize import check_reads_gonogo, prior_input

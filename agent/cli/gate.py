@@ -24,7 +24,7 @@ from agent.inputs import check_model_dir
 from evaluators.forgetting import retention_summary
 from evaluators.heatmap import write_heatmap
 from evaluators.tasks import TASKS
-from experience_bank.records import parse_model
+from experience_bank.frozen import parse_model
 from experience_bank.results import TrainResult
 
 GATE_EXAMPLE = """example:

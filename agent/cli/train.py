@@ -20,7 +20,8 @@ from pathlib import Path
 from agent.config import check_threads
 from agent.inputs import check_model_dir, check_out_dir, read_jsonl, read_text
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard, parse_model
+from experience_bank.cards import CandidateCard
+from experience_bank.frozen import parse_model
 from experience_bank.results import check_seed
 from agent.world.embedded import check_world_seed
 from agent.world.examples import card_examples, card_rewards, filtered_examples, parent_generator

@@ -38,9 +38,9 @@ CELL_CODE = ("trainers", "evaluators", "experience_bank/results.py", "agent/expe
 """The code one seed of one cell runs: the trainers, the evaluators and their result records, the
 module that runs a cell, and the world's runner, its controls, the catalogue that owns the
 controls' reference recipe (catalogue.reference_recipe) and the module that builds a card's rows
-(agent/world/examples.py: its mix, self-replay and, from catalogue v6, the GRPO prompt filter). Not experience_bank/records.py,
-which a run's cache key also hashes: the cards it defines enter through the catalogue's hash,
-and its other records (events, bank records) do not touch a run, so a change to them must not
+(agent/world/examples.py: its mix, self-replay and, from catalogue v6, the GRPO prompt filter). Not
+experience_bank/{frozen,cards,records}.py, which a run's cache key also hashes: the cards enter
+through the catalogue's hash, and the other records (events, bank records) do not touch a run, so a change to them must not
 make a committed measurement count as another."""
 
 MATCH = ("kind", "world", "world_seed", "base_sha256", "catalogue_sha256", "fractions", "min_effect_pp",

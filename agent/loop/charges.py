@@ -12,7 +12,7 @@ from typing import Any, Callable
 from experience_bank import files
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json
-from experience_bank.records import parse_model
+from experience_bank.frozen import parse_model
 from experience_bank.results import SuiteResult
 from experience_bank.runcache import provenance, was_cached
 from trainers.ledger import CostModel

@@ -26,7 +26,9 @@ from experience_bank.families import target_metric
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json
 from experience_bank.errors import BadInput
-from experience_bank.records import ActedTrial, CandidateCard, ExtrapolatedRetention, parse_model
+from experience_bank.cards import CandidateCard
+from experience_bank.frozen import parse_model
+from experience_bank.records import ActedTrial, ExtrapolatedRetention
 from experience_bank.decisions import Decision, Event, Features
 from experience_bank.runcache import was_cached
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult

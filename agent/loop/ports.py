@@ -14,7 +14,8 @@ from functools import cached_property
 from typing import Any
 
 from experience_bank.families import family_targets, target_metric
-from experience_bank.records import CandidateCard, CurrentContext, HistoricalRecord, ModelRef, Proposal
+from experience_bank.cards import CandidateCard
+from experience_bank.records import CurrentContext, HistoricalRecord, ModelRef, Proposal
 from experience_bank.decisions import Event
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from experience_bank.runcache import from_env

@@ -33,7 +33,9 @@ from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.families import FAMILIES
 from experience_bank.hashing import canonical_json, content_hash, loads_strict
-from experience_bank.records import CandidateCard, Proposal, parse_model, parse_record
+from experience_bank.cards import CandidateCard
+from experience_bank.frozen import parse_model
+from experience_bank.records import Proposal, parse_record
 
 MAX_RAW = 2000
 """Characters of a rejected item's raw text kept in proposals.json."""

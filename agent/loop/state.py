@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypedDict
 
-from experience_bank.records import CandidateCard, CurrentContext, HistoricalRecord, ModelRef, Proposal
+from experience_bank.cards import CandidateCard
+from experience_bank.records import CurrentContext, HistoricalRecord, ModelRef, Proposal
 from experience_bank.decisions import Decision, Event, Features
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from trainers.ledger import CostModel, Ledger

@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError
 from experience_bank.errors import BadInput
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, chain_hash, content_hash
-from experience_bank.records import Frozen, Sha256
+from experience_bank.frozen import Frozen, Sha256
 
 from agent.run.rundir import RunDir
 

@@ -37,7 +37,7 @@ from agent.run.report_inputs import RefitSummary
 from agent.run.rundir import RunDir
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.decisions import Event
 from policies import gonogo
 from policies.curves import RETENTION, CurvePoint, PairedRun, card_facts, trial_curve

@@ -17,7 +17,7 @@ from pydantic import Field
 from agent.config import RunConfig
 from experience_bank.errors import BadInput
 from experience_bank.hashing import canonical_json, content_hash
-from experience_bank.records import Frozen, Ident, Sha256, parse_model
+from experience_bank.frozen import Frozen, Ident, Sha256, parse_model
 from policies.authorize import LEASE_READING, PolicyConfig
 from policies.curves import Footing
 from policies.gate import GateConfig, uniform_gate_config

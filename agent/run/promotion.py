@@ -22,7 +22,7 @@ from agent.run.killpoints import kill_point
 from agent.run.rundir import RunDir
 from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
-from experience_bank.records import Frozen, Sha256, parse_model
+from experience_bank.frozen import Frozen, Sha256, parse_model
 from experience_bank.results import GateVerdict
 
 

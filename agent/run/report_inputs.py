@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from experience_bank.records import Frozen, Sha256
+from experience_bank.frozen import Frozen, Sha256
 from experience_bank.decisions import Event
 
 

@@ -38,7 +38,8 @@ from pathlib import Path
 from experience_bank.errors import BadInput
 from experience_bank.files import sqlite_fault, write_atomic
 from experience_bank.hashing import canonical_json
-from experience_bank.records import ActedTrial, parse_model
+from experience_bank.frozen import parse_model
+from experience_bank.records import ActedTrial
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
 from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
 from trainers.ledger import Ledger, check_existing

@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from experience_bank.files import write_atomic
-from experience_bank.records import CandidateCard, ModelRef
+from experience_bank.cards import CandidateCard
+from experience_bank.records import ModelRef
 from experience_bank.decisions import Event
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult
 

@@ -26,10 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
-from experience_bank.records import (
-    Adapter, Applicability, CandidateCard, Conflict, DataMix, DataRecipe, DatasetRef, HyperParams, Ident,
-    NominalBudget, Sha256,
-)
+from experience_bank.cards import Adapter, CandidateCard, DataMix, DataRecipe, DatasetRef, HyperParams, NominalBudget
+from experience_bank.frozen import Ident, Sha256
+from experience_bank.records import Applicability, Conflict
 
 if TYPE_CHECKING:
     from agent.world.interface import WorldData as World

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from experience_bank.hashing import content_hash
-from experience_bank.records import CandidateCard, ModelRef
+from experience_bank.cards import CandidateCard
+from experience_bank.records import ModelRef
 from agent.world.catalogue import reference_recipe
 from agent.world.examples import card_examples
 from trainers.data import replay_examples

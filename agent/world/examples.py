@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from experience_bank.errors import BadInput
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from agent.world.store import EmbeddedTasks
 from evaluators import served
 from evaluators.generate import generate, sample

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from experience_bank.families import target_metric
 from experience_bank.hashing import content_hash
-from experience_bank.records import CandidateCard, CurrentContext, HistoricalRecord, ModelRef, Proposal, Provenance, RetentionEffect, SourceContext, SourceEvidence
+from experience_bank.cards import CandidateCard
+from experience_bank.records import CurrentContext, HistoricalRecord, ModelRef, Proposal, Provenance, RetentionEffect, SourceContext, SourceEvidence
 from experience_bank.decisions import Event
 
 from agent.world.catalogue import Needs, applicability, runtime_of

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import evaluators
 import trainers
-from experience_bank.records import CandidateCard
+from experience_bank.cards import CandidateCard
 from experience_bank.results import SuiteResult, TrainResult, TrialResult
 from experience_bank.runcache import RunCache, from_env
 from trainers.checkpoint import adapter_of

@@ -46,9 +46,8 @@ from experience_bank.files import write_atomic
 from experience_bank.errors import BadInput
 from experience_bank.evidence import lower_bound
 from experience_bank.hashing import content_hash, sha256_text
-from experience_bank.records import (
-    CandidateCard, HistoricalRecord, ModelRef, Provenance, RetentionEffect, SourceEvidence, parse_record,
-)
+from experience_bank.cards import CandidateCard
+from experience_bank.records import HistoricalRecord, ModelRef, Provenance, RetentionEffect, SourceEvidence, parse_record
 
 from agent.config import eval_sizes
 from agent.world.catalogue import catalogue, catalogue_sha256

@@ -25,7 +25,8 @@ import random
 from typing import TYPE_CHECKING
 
 from experience_bank.errors import BadInput
-from experience_bank.records import Applicability, CandidateCard, DataMix, DatasetRef, ModelRef, SourceContext
+from experience_bank.cards import CandidateCard, DataMix, DatasetRef
+from experience_bank.records import Applicability, ModelRef, SourceContext
 
 from agent.world.catalogue import applicability, catalogue_needs, runtime_of
 

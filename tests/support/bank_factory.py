@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from experience_bank.hashing import decision_hash
 from experience_bank.hashing import content_hash
-from experience_bank.records import Adapter, Applicability, CandidateCard, DataMix, DataRecipe, DatasetRef, HistoricalRecord, HyperParams, ModelRef, NominalBudget, Proposal, Provenance, SourceContext, SourceEvidence
+from experience_bank.cards import Adapter, CandidateCard, DataMix, DataRecipe, DatasetRef, HyperParams, NominalBudget
+from experience_bank.records import Applicability, HistoricalRecord, ModelRef, Proposal, Provenance, SourceContext, SourceEvidence
 from experience_bank.decisions import Decision, Event, Features, FieldScores
 
 

@@ -31,8 +31,8 @@ from agent.config import read_yaml
 from agent.world.catalogue import OUTPUT_PROTOCOL, Needs, applicability, runtime_of
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash, file_sha256
-from experience_bank.records import (Adapter, CandidateCard, DataMix, DataRecipe, DatasetRef, HyperParams,
-                                     NominalBudget, Proposal, Provenance)
+from experience_bank.cards import Adapter, CandidateCard, DataMix, DataRecipe, DatasetRef, HyperParams, NominalBudget
+from experience_bank.records import Proposal, Provenance
 
 REWARDS = ("execution", "ast_match", "numeric_match", "format")
 SCHEDULERS = ("cosine", "linear", "constant")
