@@ -199,6 +199,31 @@ def test_a_report_runs_nothing_and_covers_the_seeds_every_policy_has_finished(tm
     assert len(calls()) == 8
 
 
+def test_a_report_pairs_two_policies_over_every_seed_both_finished(tmp_path, fake):
+    """While the policies that train most are still to run, the cheap ones' finished seeds are paired
+    on their own (pairs_so_far), beside the tables over the seeds every policy finished."""
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    C.compare_worlds(tmp_path / "m1", ["good", "meh", "idle"], [0, 1], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 12
+    for name in ("world-0/episodes/idle-s1.json", "world-1/episodes/idle-s0.json", "world-1/episodes/idle-s1.json"):
+        (results / name).unlink()
+    report = C.compare_worlds(tmp_path / "m2", ["good", "meh", "idle"], [0, 1], [0, 1], argv_for=argv_for,
+                              results=results, report_only=True)
+    assert len(calls()) == 12 and list(report["per_world"]) == ["0"]  # world 1 has no seed with idle
+    assert report["pairs"]["good_vs_meh"]["endpoint"]["seeds"] == ["w0-s0"]
+    so_far = report["pairs_so_far"]
+    assert so_far["good_vs_meh"]["endpoint"]["seeds"] == ["w0-s0", "w0-s1", "w1-s0", "w1-s1"]
+    # the fake's gains: good 4 + seed, meh 1 + seed, idle 0 + seed (test_compare.fake_run)
+    assert so_far["good_vs_meh"]["endpoint"]["diffs"] == pytest.approx([3.0] * 4)
+    assert so_far["good_vs_meh"]["endpoint"]["sign_flip_p"] == pytest.approx(0.125)  # 2 of 16 sign patterns
+    assert so_far["good_vs_idle"]["endpoint"]["seeds"] == ["w0-s0"]
+    text = (results / "compare.md").read_text()
+    assert "## Per pair so far" in text and "| good_vs_meh | 4 | 3.00 |" in text
+    assert json.loads((results / "compare.json").read_text())["summary"]["pairs_so_far"] == json.loads(
+        json.dumps(so_far))
+
+
 def test_a_report_takes_episodes_at_the_code_they_ran_but_never_two_codes_in_one_table(tmp_path, fake, monkeypatch):
     """A measurement spread over sessions runs at one commit while the checkout moves on: a report
     from the newer checkout takes its episodes at the code they ran (named in compare.md), a resume

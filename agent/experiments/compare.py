@@ -312,6 +312,21 @@ def _compare(plan: _Plan, policies: list[str], seeds: list[int], *, budget: str 
     return summary, episodes
 
 
+def _pairs_so_far(policies: list[str], seeds: list[int], world_seeds: list[int],
+                  plans: list[_Plan]) -> dict[str, Any]:
+    """Each pair of policies over every (world seed, run seed) both have finished in the results
+    directories, every world's included: while a measurement is under way, the pairs the cheap
+    policies have already run, which the tables over the seeds every policy finished leave out.
+    The same statistics (summarise), only over more units; read nothing else from it."""
+    pooled = []
+    for ws, plan in zip(world_seeds, plans):
+        taken = plan.stored.taken if plan.stored is not None else {}
+        done = [{"policy": p, "seed": s, "status": "done", "digest": taken[job_name(p, s)]}
+                for s in seeds for p in policies if job_name(p, s) in taken]
+        pooled += [e | {"world_seed": ws, "unit": f"w{ws}-s{e['seed']}"} for e in collect(done)]
+    return summarise(pooled)["pairs"] if pooled else {}
+
+
 def world_dir(out: Path, world_seed: int) -> Path:
     """Where `compare_worlds` keeps one world's comparison (a whole `agent compare` output; the same
     under a results directory)."""
@@ -329,7 +344,8 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
     world's own. `argv_for(out, policy, seed, world_seed)`: the episode command (default: `agent run`);
     `fit`: each world's learned models fitted on the other worlds' sources (leave-one-world-out);
     `results`: a results directory (each world's under world-<N>/), every world's checked before any runs;
-    `report_only`: run nothing, each world's report over the seeds its results hold for every policy."""
+    `report_only`: run nothing, each world's report over the seeds its results hold for every policy,
+    and the pooled report's `pairs_so_far` over every seed each pair of policies has (_pairs_so_far)."""
     start = time.monotonic()
     executor = executor or LocalExecutor(n_jobs)  # one for every world
     code = _code(results, report_only)
@@ -339,8 +355,11 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
                    report_only=report_only)
              for ws in world_seeds]
     CR.claim_out([plan.out for plan in plans], code)
+    so_far = None
     if report_only:  # the worlds with at least one seed every policy has finished
         every = [plan.stored for plan in plans if plan.stored is not None]
+        CR.one_code(every)  # one code for every episode the report reads, the pairs so far's too
+        so_far = _pairs_so_far(policies, seeds, world_seeds, plans)
         kept = [(ws, plan) for ws, plan in zip(world_seeds, plans)
                 if plan.stored is not None and paired_seeds(policies, seeds, plan.stored.taken)]
         if not kept:
@@ -354,7 +373,7 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
                                      executor=executor, start=time.monotonic(), report_only=report_only)
         per_world[str(ws)] = summary
         pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
-    summary = summarise(pooled) | {"per_world": per_world}
+    summary = summarise(pooled) | {"per_world": per_world} | ({"pairs_so_far": so_far} if so_far else {})
     seeds = sorted({e["seed"] for e in pooled}) if report_only else seeds
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
             "jobs": n_jobs, "executor": executor.name, "wall_s": time.monotonic() - start,

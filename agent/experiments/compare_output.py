@@ -78,14 +78,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
               *_ahead_line(summary),
               "## Per pair (first minus second; paired-t 95% CI; exact sign-flip p over 2^n; the first's endpoint "
               "ahead / tied / behind over the pairs)", "",
-              _row(["pair", "n", "endpoint diff", "95% CI", "p", "ahead/tied/behind", "adoption diff", "AUC diff",
-                    "AUC p", "wasted h diff", "wasted h CI", "wasted h p"]), "|" + "---|" * 12]
-    for name, pr in summary["pairs"].items():
-        e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
-        lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
-                           "/".join(str(e[k]) for k in ("ahead", "tied", "behind")),
-                           pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
-                           w["ci95"], _f(w["sign_flip_p"], 4)]))
+              *_pair_table(summary["pairs"])]
+    lines += _pairs_so_far(summary)
     lines += _per_world(summary)
     lines += _unpromoted(summary)
     if summary["failed"]:
@@ -93,6 +87,28 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"- {f['policy']} world seed {f.get('world_seed', 0)} seed {f['seed']}: {f['status']}: {f.get('error', '')[:300]}" for f in summary["failed"]]
     lines += ["", "![endpoint per policy](endpoint.png)", "", "![trajectories](trajectories.png)", ""]
     return "\n".join(lines)
+
+
+def _pair_table(pairs: dict[str, Any]) -> list[str]:
+    """One row per pair of policies: endpoint, adoption, AUC and wasted-hours differences."""
+    lines = [_row(["pair", "n", "endpoint diff", "95% CI", "p", "ahead/tied/behind", "adoption diff", "AUC diff",
+                   "AUC p", "wasted h diff", "wasted h CI", "wasted h p"]), "|" + "---|" * 12]
+    for name, pr in pairs.items():
+        e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
+        lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
+                           "/".join(str(e[k]) for k in ("ahead", "tied", "behind")),
+                           pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
+                           w["ci95"], _f(w["sign_flip_p"], 4)]))
+    return lines
+
+
+def _pairs_so_far(summary: dict[str, Any]) -> list[str]:
+    """A report under way: each pair over every (world, seed) both policies finished (compare._pairs_so_far)."""
+    pairs = summary.get("pairs_so_far")
+    if not pairs:
+        return []
+    return ["", "## Per pair so far (every world and seed both policies finished, not only the seeds every policy "
+                "finished; the same columns)", "", *_pair_table(pairs)]
 
 
 def _ahead_line(summary: dict[str, Any]) -> list[str]:
