@@ -25,7 +25,8 @@ from experience_bank.errors import BadInput
 from experience_bank.families import FAMILIES
 from experience_bank.hashing import content_hash
 from policies import stats
-from policies.audit import DECISIONS_FILE, OUTCOMES_FILE, Cell, OutcomeCell, audit, outcomes_at, read_outcomes, score_policies
+from policies.audit import Cell, audit, score_policies
+from policies.decision_ledger import DECISIONS_FILE, OUTCOMES_FILE, OutcomeCell, outcomes_at, read_outcomes
 from policies.authorize import PolicyConfig
 from policies.outcomes import UNCERTAIN, direction, outcome_class, retention_safe
 from policies.features import features_from_row

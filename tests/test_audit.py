@@ -7,7 +7,8 @@ from test_policies_compile import ctx
 
 from agent.cli.main import main
 from policies import EpisodeState, PolicyConfig, decide, next_state
-from policies.audit import OutcomeCell, audit, write_ledger_entry, write_outcome
+from policies.audit import audit
+from policies.decision_ledger import OutcomeCell, write_ledger_entry, write_outcome
 
 
 def _run(tmp_path):

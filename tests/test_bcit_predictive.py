@@ -20,7 +20,8 @@ from experience_bank.bank import Bank
 from experience_bank.errors import BadInput
 from experience_bank.hashing import sha256_text
 from policies import EpisodeState, PolicyConfig, authorize, gonogo, gonogo_features
-from policies.audit import cells_from_entries, read_outcomes, verify_ledger, walk
+from policies.audit import cells_from_entries, walk
+from policies.decision_ledger import read_outcomes, verify_ledger
 from policies.curves import CONTROL_FOOTING_WARNING, CardFields, trial_curve
 from policies.features import features_from_row
 from policies.predictive import verdict

@@ -27,7 +27,8 @@ from agent.loop.episode import drive
 from agent.run.extrapolation_model import frozen_guard
 from agent.run.gonogo_model import frozen_model
 from policies import POLICIES
-from policies.audit import Cell, read_outcomes, verify_ledger, walk
+from policies.audit import Cell, walk
+from policies.decision_ledger import read_outcomes, verify_ledger
 from policies.authorize import NEEDS_GONOGO
 from policies.curves import card_facts
 from policies.features import features_from_row

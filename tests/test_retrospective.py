@@ -165,7 +165,7 @@ def test_run_table_on_fakes_resumes_and_isolates_a_failing_cell(tmp_path):
     assert s01["short"]["0.05"]["target"] == pytest.approx(0.15) and s01["short"]["0.05"]["wall_s"] == 5.0
     lines = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
     assert [x["id"] for x in lines] == ["S01", "G01"] and lines[0]["features"]["candidate_id"] == "S01"
-    from policies.audit import OutcomeCell
+    from policies.decision_ledger import OutcomeCell
     cells = [OutcomeCell.model_validate_json(x) for x in (out / "outcomes.jsonl").read_text().splitlines()]
     assert [(c.candidate_id, c.outcome, c.full["target"]) for c in cells] == [("S01", "beneficial", 3.0),
                                                                                ("G01", "harmful", -4.0)]

@@ -16,7 +16,8 @@ from agent.experiments.retro_cells import pool_classes, pool_group
 from experience_bank.errors import BadInput
 from experience_bank.hashing import content_hash
 from policies import PolicyConfig
-from policies.audit import Cell, OutcomeCell, score_policies
+from policies.audit import Cell, score_policies
+from policies.decision_ledger import OutcomeCell
 from policies.outcomes import outcome_class, outcome_class_interval
 from policies.stats import mean_interval, pooled_mean_intervals
 from test_retrospective import Card, FakePorts, _controls, _features

@@ -1,4 +1,4 @@
-"""The run's audit writer: policies/audit.py's chained ledger and the one outcome-cell format,
+"""The run's audit writer: policies/decision_ledger.py's chained ledger and the one outcome-cell format,
 written once per decision, read back by `agent audit` and `agent replay RUN_DIR`."""
 
 from __future__ import annotations

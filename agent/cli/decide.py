@@ -26,6 +26,7 @@ from experience_bank.decisions import Decision
 from policies import EpisodeState, PolicyConfig, authorize, decide, features_from_row, next_state
 from policies.authorize import check_reads_gonogo, prior_input
 from policies.curves import card_facts
+from policies.decision_ledger import DECISIONS_FILE, ledger_paths  # the one owner of where an episode keeps them
 
 
 
@@ -179,9 +180,7 @@ def cmd_authorize(args) -> int:
 
 def _check_ledger_files(path: str) -> None:
     """Every file `audit` reads is UTF-8 JSONL of objects (the ledger at least one line)."""
-    from policies.audit import _ledger_paths  # the one owner of where an episode keeps them  # noqa: PLC0415 (numpy)
-
-    ledger, outcomes = _ledger_paths(path)
+    ledger, outcomes = ledger_paths(path)
     jsonl_lines(ledger, "decision ledger")
     if outcomes is not None:
         jsonl_lines(outcomes, "outcomes file", allow_empty=True)
@@ -244,7 +243,6 @@ def _pct(x: float | None) -> str:
 
 def cmd_replay(args) -> int:
     from policies.replay import replay_retrospective, replay_run  # noqa: PLC0415 (numpy)
-    from policies.audit import DECISIONS_FILE  # noqa: PLC0415 (numpy)
 
     if args.target != "retrospective-24" and Path(args.target, DECISIONS_FILE).is_file():
         _check_ledger_files(args.target)

@@ -15,7 +15,7 @@ replaced by something different (that error names the file).
 
 The frozen features and decisions come with the results: a table resumed from DIR reads them
 instead of compiling them again from the world's seed bank (whose runs would cost another hour),
-and the decision ledger is verified (policies.audit.verify_ledger) before it is used.
+and the decision ledger is verified (policies.decision_ledger.verify_ledger) before it is used.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def frozen_inputs(out: Path, card_ids: list[str]) -> tuple[dict[str, Features], 
     """The frozen features and BCIT decision hashes of every card from `out`'s features.jsonl and its
     verified decisions.jsonl; None when either is missing or does not cover the cards (then they
     are compiled from the seed bank)."""
-    from policies.audit import verify_ledger  # noqa: PLC0415
+    from policies.decision_ledger import verify_ledger  # noqa: PLC0415
 
     fpath, dpath = out / "features.jsonl", out / "decisions.jsonl"
     if not (fpath.is_file() and dpath.is_file()):

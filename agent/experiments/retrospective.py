@@ -90,7 +90,7 @@ from policies import EpisodeState, PolicyConfig, compile as compile_features
 from policies.authorize import decide
 from agent.world.seed_bank import seed_records
 from agent.progress import lines as progress_lines
-from policies.audit import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
+from policies.decision_ledger import OUTCOMES_FILE, OutcomeCell, write_ledger_entry
 
 DEFAULT_SEEDS = 3
 """Training seeds per cell (`agent retrospective --seeds`)."""
@@ -170,7 +170,7 @@ def _deciding_ci(cell: dict) -> dict[str, list[float]]:
 
 
 def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]) -> None:
-    """outcomes.jsonl in policies/audit.py's OutcomeCell form, rewritten whole (atomic)."""
+    """outcomes.jsonl in policies/decision_ledger.py's OutcomeCell form, rewritten whole (atomic)."""
     lines = [OutcomeCell(
         candidate_id=c["id"], decision_hash=decision_hashes[c["id"]], outcome=c["outcome_class"],
         family=c["family"], method=c["method"],
@@ -186,7 +186,7 @@ def write_outcomes(out: Path, cells: list[dict], decision_hashes: dict[str, str]
 
 
 def freeze_decisions(out: Path, cells: list[tuple[Any, Any]], ctx: Any) -> dict[str, str]:
-    """decisions.jsonl (policies/audit.py's chained ledger): BCIT's decision per cell from a fresh
+    """decisions.jsonl (policies/decision_ledger.py's chained ledger): BCIT's decision per cell from a fresh
     episode state, with the record and context, written once before any outcome; returns the hashes."""
     path, cfg, hashes = out / "decisions.jsonl", PolicyConfig(), {}
     fresh = not path.exists()

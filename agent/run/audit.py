@@ -1,5 +1,5 @@
 """runs/ID/decisions.jsonl and outcomes.jsonl: the run's audit files, one line per decision and
-per outcome, in policies.audit's formats (the hash-chained decision ledger and its OutcomeCells)."""
+per outcome, in policies.decision_ledger's formats (the hash-chained decision ledger and its OutcomeCells)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from experience_bank.results import SHORT_FRACTIONS
-from policies.audit import OutcomeCell, write_ledger_entry, write_outcome
+from policies.decision_ledger import OutcomeCell, write_ledger_entry, write_outcome
 from policies.outcomes import outcome_class
 
 from agent.run.manifest import Manifest
@@ -16,7 +16,7 @@ from agent.run.rundir import RunDir
 
 
 class RunAudit:
-    """runs/ID/decisions.jsonl (policies/audit.py's hash-chained ledger, with the frozen inputs)
+    """runs/ID/decisions.jsonl (policies/decision_ledger.py's hash-chained ledger, with the frozen inputs)
     and outcomes.jsonl (its OutcomeCells, the one cell format): one line per decision / outcome,
     written once (a re-run of a node finds its line by decision hash and writes nothing)."""
 

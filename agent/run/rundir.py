@@ -3,8 +3,8 @@
     runs/ID/manifest.json            the frozen, hashed Manifest (agent/run/manifest.py)
     runs/ID/parent.json              the promotion pointer with its rollback target (agent/run/promotion.py)
     runs/ID/ledger.sqlite            every charge, once (trainers/ledger.py)
-    runs/ID/decisions.jsonl          the hash-chained decision ledger (policies/audit.py)
-    runs/ID/outcomes.jsonl           one OutcomeCell per decision that ran (policies/audit.py)
+    runs/ID/decisions.jsonl          the hash-chained decision ledger (policies/decision_ledger.py)
+    runs/ID/outcomes.jsonl           one OutcomeCell per decision that ran (policies/decision_ledger.py)
     runs/ID/proposals.json           the LLM's frozen answer (agent/loop/proposer.py)
     runs/ID/filtered.json            candidates the executability filter dropped, with reasons
     runs/ID/checkpoints.sqlite       LangGraph's checkpoints (resume)
@@ -26,7 +26,7 @@
 A run has finished when its report exists: the report is the loop's last node.
 
 Every other module reads and writes a run directory through this type (the decision ledger's
-and the outcome cells' names are policies.audit's, which `agent audit` reads on its own).
+and the outcome cells' names are policies.decision_ledger's, which `agent audit` reads on its own).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from experience_bank.hashing import canonical_json
 from experience_bank.frozen import parse_model
 from experience_bank.records import ActedTrial
 from experience_bank.results import GateVerdict, SuiteResult, TrainResult, TrialResult
-from policies.audit import DECISIONS_FILE, OUTCOMES_FILE
+from policies.decision_ledger import DECISIONS_FILE, OUTCOMES_FILE
 from trainers.ledger import Ledger, check_existing
 from agent.run.manifest import Manifest, parse_manifest
 from agent.run.report_inputs import ReportInputs
