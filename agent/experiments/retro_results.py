@@ -32,6 +32,7 @@ from experience_bank.decisions import Features
 from experience_bank.runcache import source_version
 
 from agent.world.embedded import native_env
+from policies.decision_ledger import verify_ledger
 
 CELL_CODE = ("trainers", "evaluators", "experience_bank/results.py", "agent/experiments/retro_run.py",
              "agent/world/runner.py", "agent/world/controls.py", "agent/world/catalogue.py", "agent/world/examples.py")
@@ -150,8 +151,6 @@ def frozen_inputs(out: Path, card_ids: list[str]) -> tuple[dict[str, Features], 
     """The frozen features and BCIT decision hashes of every card from `out`'s features.jsonl and its
     verified decisions.jsonl; None when either is missing or does not cover the cards (then they
     are compiled from the seed bank)."""
-    from policies.decision_ledger import verify_ledger  # noqa: PLC0415
-
     fpath, dpath = out / "features.jsonl", out / "decisions.jsonl"
     if not (fpath.is_file() and dpath.is_file()):
         return None
