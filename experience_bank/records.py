@@ -175,7 +175,6 @@ class ActedTrial(Frozen):
     """The trial's retention check at full length (Event.trial_retention_extrapolated)."""
 
 
-
 class RetentionEffect(Frozen):
     metric: Ident
     """Retention metric, e.g. `ifeval.prompt_strict`."""

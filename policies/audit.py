@@ -194,6 +194,7 @@ def cells_from_entries(entries: list[Entry], outcomes: dict[str, OutcomeCell]) -
                  outcomes.get(e.decision.decision_hash), card_facts(e.record.card) if e.record is not None else None)
             for e in entries]
 
+
 def own_policy_agreement(entries: list[Entry], walks: dict[str, list[dict]]) -> dict:
     """Does the counterfactual walk of the policy that ran reproduce every recorded action?"""
     policy = entries[0].decision.policy

@@ -206,12 +206,14 @@ def ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
     sibling = p.with_name(OUTCOMES_FILE)
     return p, outcomes_at(sibling) if sibling != p else None
 
+
 def outcomes_at(path: Path) -> Path | None:
     """The outcomes file beside a ledger (None: the run has none yet); a folder of its name is refused,
     not read as no outcomes."""
     if path.exists() and not path.is_file():
         raise BadInput(f"{path} is not a file: restore the run's {OUTCOMES_FILE} (or remove that folder)")
     return path if path.is_file() else None
+
 
 def read_outcomes(path: Path | None) -> dict[str, OutcomeCell]:
     """Outcome cells keyed by the decision hash they score."""
