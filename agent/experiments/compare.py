@@ -323,8 +323,13 @@ def _pairs_so_far(policies: list[str], seeds: list[int], world_seeds: list[int],
         taken = plan.stored.taken if plan.stored is not None else {}
         done = [{"policy": p, "seed": s, "status": "done", "digest": taken[job_name(p, s)]}
                 for s in seeds for p in policies if job_name(p, s) in taken]
-        pooled += [e | {"world_seed": ws, "unit": f"w{ws}-s{e['seed']}"} for e in collect(done)]
+        pooled += [e | {"world_seed": ws, "unit": pooled_unit(ws, e["seed"])} for e in collect(done)]
     return summarise(pooled)["pairs"] if pooled else {}
+
+
+def pooled_unit(world_seed: int, seed: int) -> str:
+    """The pairing unit of an episode when worlds are pooled: (world seed, run seed)."""
+    return f"w{world_seed}-s{seed}"
 
 
 def world_dir(out: Path, world_seed: int) -> Path:
@@ -366,13 +371,12 @@ def compare_worlds(out: Path, policies: list[str], seeds: list[int], world_seeds
             raise BadInput(f"{results}: no world has a seed with all {len(policies)} policies finished yet, so there is "
                            "no pair to report: run the comparison without --report first")
         world_seeds, plans = [ws for ws, _ in kept], [plan for _, plan in kept]
-        _report_meta([plan.stored for plan in plans])  # one code for all, checked before any world is reported
     per_world, pooled = {}, []
     for ws, plan in zip(world_seeds, plans):
         summary, episodes = _compare(plan, policies, seeds, budget=budget, config=config, n_jobs=n_jobs,
                                      executor=executor, start=time.monotonic(), report_only=report_only)
         per_world[str(ws)] = summary
-        pooled += [e | {"unit": f"w{ws}-s{e['seed']}"} for e in episodes]
+        pooled += [e | {"unit": pooled_unit(ws, e["seed"])} for e in episodes]
     summary = summarise(pooled) | {"per_world": per_world} | ({"pairs_so_far": so_far} if so_far else {})
     seeds = sorted({e["seed"] for e in pooled}) if report_only else seeds
     meta = {"policies": policies, "seeds": seeds, "world_seeds": world_seeds, "budget": budget, "config": config,
