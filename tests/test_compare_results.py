@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import replace
 import sys
 from pathlib import Path
@@ -212,7 +213,7 @@ def test_a_report_pairs_two_policies_over_every_seed_both_finished(tmp_path, fak
                               results=results, report_only=True)
     assert len(calls()) == 12 and list(report["per_world"]) == ["0"]  # world 1 has no seed with idle
     assert report["pairs"]["good_vs_meh"]["endpoint"]["seeds"] == ["w0-s0"]
-    so_far = report["pairs_so_far"]
+    so_far = report["pairs_so_far"]["pairs"]
     assert so_far["good_vs_meh"]["endpoint"]["seeds"] == ["w0-s0", "w0-s1", "w1-s0", "w1-s1"]
     # the fake's gains: good 4 + seed, meh 1 + seed, idle 0 + seed (test_compare.fake_run)
     assert so_far["good_vs_meh"]["endpoint"]["diffs"] == pytest.approx([3.0] * 4)
@@ -220,8 +221,37 @@ def test_a_report_pairs_two_policies_over_every_seed_both_finished(tmp_path, fak
     assert so_far["good_vs_idle"]["endpoint"]["seeds"] == ["w0-s0"]
     text = (results / "compare.md").read_text()
     assert "## Per pair so far" in text and "| good_vs_meh | 4 | 3.00 |" in text
-    assert json.loads((results / "compare.json").read_text())["summary"]["pairs_so_far"] == json.loads(
+    assert json.loads((results / "compare.json").read_text())["summary"]["pairs_so_far"]["pairs"] == json.loads(
         json.dumps(so_far))
+    assert report["pairs_so_far"]["mismatches"] == {} and "Not properly paired" not in text
+
+
+def test_pairs_so_far_name_the_units_whose_episodes_read_other_records_and_pair_without_them(tmp_path, fake):
+    """Episodes of one unit that read different library records (one world's seed bank built on two
+    machines) are not properly paired: the report says which units and values, and pairs again
+    without them."""
+    argv_for, _ = fake
+    results = tmp_path / "results"
+    C.compare_worlds(tmp_path / "m1", ["good", "meh", "idle"], [0, 1], [0, 1], argv_for=argv_for, results=results)
+    (results / "world-1/episodes/idle-s1.json").unlink()
+    path = results / "world-0/episodes/meh-s1.json"
+    doc = json.loads(path.read_text())
+    doc["digest"]["pairing"]["candidates_sha256"] = "f" * 64  # meh's bank on another machine
+    path.write_text(json.dumps(doc))
+    report = C.compare_worlds(tmp_path / "m2", ["good", "meh", "idle"], [0, 1], [0, 1], argv_for=argv_for,
+                              results=results, report_only=True)
+    so_far = report["pairs_so_far"]
+    assert list(so_far["mismatches"]) == ["w0-s1"]
+    assert so_far["mismatches"]["w0-s1"]["candidates_sha256"]["meh"] == "f" * 64
+    assert so_far["pairs"]["good_vs_meh"]["unpaired"] == {"w0-s1": ["candidates_sha256"]}
+    assert so_far["pairs"]["good_vs_meh"]["endpoint"]["seeds"] == ["w0-s0", "w0-s1", "w1-s0", "w1-s1"]
+    assert so_far["strict"]["good_vs_meh"]["endpoint"]["seeds"] == ["w0-s0", "w1-s0", "w1-s1"]
+    assert so_far["strict"]["good_vs_idle"]["endpoint"]["seeds"] == ["w0-s0", "w0-s1", "w1-s0"]  # idle's agree
+    assert so_far["pairs"]["good_vs_idle"]["unpaired"] == {}
+    text = (results / "compare.md").read_text()
+    assert "| good_vs_meh | 4 | 3.00 |" in text and "| good_vs_meh | 3 | 3.00 |" in text
+    assert re.search(rf"- w0-s1: candidates_sha256 \w{{12}} \(good, idle\) / {'f' * 12} \(meh\)\n", text)
+    assert "Pairing (manifest values equal" in text and "**MISMATCH**" in text  # w0-s1 is in the tables too
 
 
 def test_a_report_takes_episodes_at_the_code_they_ran_but_never_two_codes_in_one_table(tmp_path, fake, monkeypatch):

@@ -317,14 +317,20 @@ def _pairs_so_far(policies: list[str], seeds: list[int], world_seeds: list[int],
     """Each pair of policies over every (world seed, run seed) both have finished in the results
     directories, every world's included: while a measurement is under way, the pairs the cheap
     policies have already run, which the tables over the seeds every policy finished leave out.
-    The same statistics (summarise), only over more units; read nothing else from it."""
+    The same statistics (summarise), only over more units; read nothing else from it. `pairs`: over
+    every such unit; `strict`: over those where the pair's manifest values agree; `mismatches`: per
+    unit, the values that differ (pairing_check)."""
     pooled = []
     for ws, plan in zip(world_seeds, plans):
         taken = plan.stored.taken if plan.stored is not None else {}
         done = [{"policy": p, "seed": s, "status": "done", "digest": taken[job_name(p, s)]}
                 for s in seeds for p in policies if job_name(p, s) in taken]
         pooled += [e | {"world_seed": ws, "unit": pooled_unit(ws, e["seed"])} for e in collect(done)]
-    return summarise(pooled)["pairs"] if pooled else {}
+    if not pooled:
+        return {}
+    every = summarise(pooled)
+    return {"pairs": every["pairs"], "strict": summarise(pooled, strict=True)["pairs"],
+            "mismatches": every["pairing"]["mismatches"]}
 
 
 def pooled_unit(world_seed: int, seed: int) -> str:

@@ -89,26 +89,50 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _pair_table(pairs: dict[str, Any]) -> list[str]:
-    """One row per pair of policies: endpoint, adoption, AUC and wasted-hours differences."""
+def _pair_table(pairs: dict[str, Any], unpaired: bool = False) -> list[str]:
+    """One row per pair of policies: endpoint, adoption, AUC and wasted-hours differences (`unpaired`:
+    and how many of its units the two are not properly paired on)."""
+    extra = ["not paired"] if unpaired else []
     lines = [_row(["pair", "n", "endpoint diff", "95% CI", "p", "ahead/tied/behind", "adoption diff", "AUC diff",
-                   "AUC p", "wasted h diff", "wasted h CI", "wasted h p"]), "|" + "---|" * 12]
+                   "AUC p", "wasted h diff", "wasted h CI", "wasted h p"] + extra), "|" + "---|" * (12 + len(extra))]
     for name, pr in pairs.items():
         e, a, w = pr["endpoint"], pr["trajectory_auc"], pr["wasted_h"]
         lines.append(_row([name, len(e["seeds"]), e["mean_diff"], e["ci95"], _f(e["sign_flip_p"], 4),
                            "/".join(str(e[k]) for k in ("ahead", "tied", "behind")),
                            pr["endpoint_adoption"]["mean_diff"], a["mean_diff"], _f(a["sign_flip_p"], 4), w["mean_diff"],
-                           w["ci95"], _f(w["sign_flip_p"], 4)]))
+                           w["ci95"], _f(w["sign_flip_p"], 4)] + ([len(pr["unpaired"])] if unpaired else [])))
+    return lines
+
+
+def _mismatch_lines(mismatches: dict[str, Any]) -> list[str]:
+    """Per unit, each manifest value that differs, with the policies that ran at each value."""
+    lines = []
+    for u, keys in mismatches.items():
+        parts = []
+        for key, by_policy in keys.items():
+            groups: dict[str, list[str]] = {}
+            for policy, value in by_policy.items():
+                groups.setdefault(str(value)[:12], []).append(policy)
+            parts.append(f"{key} " + " / ".join(f"{v} ({', '.join(ps)})" for v, ps in groups.items()))
+        lines.append(f"- {u}: " + "; ".join(parts))
     return lines
 
 
 def _pairs_so_far(summary: dict[str, Any]) -> list[str]:
     """A report under way: each pair over every (world, seed) both policies finished (compare._pairs_so_far)."""
-    pairs = summary.get("pairs_so_far")
-    if not pairs:
+    so_far = summary.get("pairs_so_far")
+    if not so_far:
         return []
-    return ["", "## Per pair so far (every world and seed both policies finished, not only the seeds every policy "
-                "finished; the same columns)", "", *_pair_table(pairs)]
+    lines = ["", "## Per pair so far (every world and seed both policies finished, not only the seeds every policy "
+                 "finished; the same columns)", "", *_pair_table(so_far["pairs"], unpaired=True)]
+    if so_far["mismatches"]:
+        lines += ["", "Not properly paired: the units below, where the policies' episodes differ in a manifest value. "
+                      "A different `candidates_sha256` at one `library_version` means the library's records differ: "
+                      "a record's hash covers its evidence and its provenance (the source run's weights and "
+                      "generations), so one world's seed bank built on two machines that round differently gives "
+                      "two. The same pairs over only the units each pair has properly paired:", "", *_pair_table(so_far["strict"]), "",
+                  *_mismatch_lines(so_far["mismatches"])]
+    return lines
 
 
 def _ahead_line(summary: dict[str, Any]) -> list[str]:

@@ -87,19 +87,36 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], me
     return out
 
 
-def summarise(episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Per policy and per pair of policies, over finished episodes (failed ones are listed apart)."""
+def unpaired_units(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]]) -> dict[str, list[str]]:
+    """The units both policies finished where their manifest values differ (pairing_check of the two),
+    with the keys that differ."""
+    both = [by_seed[p][u] for u in set(by_seed[a]) & set(by_seed[b]) for p in (a, b)]
+    return {u: sorted(keys) for u, keys in pairing_check(both)["mismatches"].items()}
+
+
+def _pair_stats(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], strict: bool) -> dict[str, Any]:
+    """One pair's differences; `strict`: over only the units where the two are properly paired."""
+    unpaired = unpaired_units(a, b, by_seed)
+    if strict:
+        by_seed = {p: {u: e for u, e in by_seed[p].items() if str(u) not in unpaired} for p in (a, b)}
+    return {"endpoint": _pair(a, b, by_seed, endpoint_mean),
+            "endpoint_adoption": _pair(a, b, by_seed, lambda e: endpoint_mean(e, "endpoint_adoption")),
+            "trajectory_auc": _pair(a, b, by_seed, trajectory_auc),
+            "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"]),
+            "unpaired": {} if strict else unpaired}
+
+
+def summarise(episodes: list[EpisodeResult], strict: bool = False) -> dict[str, Any]:
+    """Per policy and per pair of policies, over finished episodes (failed ones are listed apart).
+    A pair's `unpaired`: its units whose manifest values differ; `strict`: each pair over the other
+    units only (the pooled tables need every unit paired: `pairing`)."""
     ok = [e for e in episodes if e["status"] == "done"]
     failed = [{k: e[k] for k in ("policy", "seed", "world_seed", "status", "error") if k in e}
               for e in episodes if e["status"] != "done"]
     policies = list(dict.fromkeys(e["policy"] for e in episodes))
     families = sorted({f for e in ok for f in e["families"]})
     by_seed = {p: {unit(e): e for e in ok if e["policy"] == p} for p in policies}
-    pairs = {f"{a}_vs_{b}": {"endpoint": _pair(a, b, by_seed, endpoint_mean),
-                             "endpoint_adoption": _pair(a, b, by_seed, lambda e: endpoint_mean(e, "endpoint_adoption")),
-                             "trajectory_auc": _pair(a, b, by_seed, trajectory_auc),
-                             "wasted_h": _pair(a, b, by_seed, lambda e: e["wasted_h"])}
-             for a, b in itertools.combinations(policies, 2)}
+    pairs = {f"{a}_vs_{b}": _pair_stats(a, b, by_seed, strict) for a, b in itertools.combinations(policies, 2)}
     return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
             "pairs": pairs, "ahead_of_all": ahead_of_all(by_seed, policies), "families": families, "failed": failed,
             "pairing": pairing_check(ok), "cache": cache_summary(ok)}
