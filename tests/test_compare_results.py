@@ -458,3 +458,22 @@ def test_the_episode_code_version_leaves_out_exactly_the_evaluation_only_files()
     assert version == source_version(CR.EPISODE_CODE, CR.EVALUATION_ONLY)
     assert version != source_version(CR.EPISODE_CODE)
     assert version != source_version(CR.EPISODE_CODE, CR.EVALUATION_ONLY[1:])
+
+
+def test_an_episode_that_will_not_pair_with_its_seeds_stored_ones_is_said_when_it_ends(tmp_path, fake, capsys):
+    """A seed's episodes run on two machines (its seed bank built on each) will not pair: the first one
+    that shows it is named as it ends, before the seed's other episodes spend hours."""
+    argv_for, calls = fake
+    results = tmp_path / "results"
+    C.compare(tmp_path / "m1", ["good", "meh"], [0, 1], argv_for=argv_for, results=results)
+    path = results / "episodes" / "meh-s1.json"
+    doc = json.loads(path.read_text())
+    doc["digest"]["pairing"]["candidates_sha256"] = "f" * 64  # meh's seed 1 ran beside another machine's bank
+    path.write_text(json.dumps(doc))
+    for name in ("good-s0", "good-s1"):
+        (results / "episodes" / f"{name}.json").unlink()
+    capsys.readouterr()
+    C.compare(tmp_path / "m2", ["good", "meh"], [0, 1], argv_for=argv_for, results=results)
+    assert len(calls()) == 6
+    warned = [line for line in capsys.readouterr().err.splitlines() if "not properly paired" in line]
+    assert len(warned) == 1 and "good-s1 is not properly paired with meh-s1 (candidates_sha256 differ;" in warned[0]

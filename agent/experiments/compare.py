@@ -39,7 +39,7 @@ from policies.authorize import NEEDS_GONOGO
 from agent.experiments.compare_output import write_outputs
 from agent.config import build_config
 from agent.experiments import compare_results as CR
-from agent.experiments.compare_stats import summarise
+from agent.experiments.compare_stats import summarise, unpaired_with
 from agent.experiments.episodes import digest, episode_result
 from agent.experiments.executor import Executor, Job, LocalExecutor, Outcome, Progress, say_on_stderr
 from agent.experiments.fitted import Fitted, fit_for_world, fitted_summary, kept
@@ -141,11 +141,23 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
                         names=[job_name(p, s) for p, s in todo], group=policy_of)
     progress.begin()
 
+    by_seed = {s: {job_name(p, s): taken[job_name(p, s)] for p in policies if job_name(p, s) in taken} for s in seeds}
+
     def ended(i: int, outcome: Outcome) -> None:  # called in this thread, one job at a time
         status = outcome.value if outcome.error is None else {"status": "failed"}
         wall = "" if status.get("skipped") or "wall_s" not in status else f" in {status['wall_s'] / 60:.1f} min"
         progress.end(job_name(*todo[i]), status.get("status", "failed") + wall, ran=not status.get("skipped"),
                      wall_s=status.get("wall_s"))
+        if "digest" in status:  # said as soon as one episode shows its seed will not pair, not after the rest ran
+            seed, name = todo[i][1], job_name(*todo[i])
+            differ = unpaired_with(status["digest"], by_seed[seed])
+            by_seed[seed][name] = status["digest"]
+            if differ:
+                keys = sorted({k for ks in differ.values() for k in ks})
+                say(f"{out}: {name} is not properly paired with {', '.join(differ)} ({', '.join(keys)} differ; "
+                    "candidates_sha256: seed banks built on machines that round differently), so that seed's "
+                    "tables will say MISMATCH: run a seed's episodes where their banks agree (remove its stored "
+                    "episodes from the results directory to run them here)")
 
     outcomes = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s), stored.keep(job_name(p, s)) if stored else None))
                              for p, s in todo], ended)

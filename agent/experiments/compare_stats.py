@@ -87,6 +87,13 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], me
     return out
 
 
+def unpaired_with(d: dict[str, Any], others: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Of one seed's other episodes' digests (by job name), those whose pairing values differ from
+    digest `d`'s, with the keys that differ (what pairing_check will find in that seed's tables)."""
+    out = {name: [k for k in PAIRING_KEYS if o["pairing"].get(k) != d["pairing"].get(k)] for name, o in others.items()}
+    return {name: keys for name, keys in out.items() if keys}
+
+
 def unpaired_units(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]]) -> dict[str, list[str]]:
     """The units both policies finished where their manifest values differ (pairing_check of the two),
     with the keys that differ."""
