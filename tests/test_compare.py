@@ -22,7 +22,8 @@ def _ep(policy, seed, sql, fin=None, traj=None, **kw):
             "ifeval": {"ifeval.prompt_strict": 70.0, "ifeval.inst_strict": 80.0},
             "ifeval_adoption": {"ifeval.prompt_strict": 69.0, "ifeval.inst_strict": 80.0},
             "ifeval_initial": {"ifeval.prompt_strict": 71.0, "ifeval.inst_strict": 80.0},
-            "promotions": kw.get("promotions", 1), "authorizations": kw.get("authorizations", 2),
+            "promotions": kw.get("promotions", 1), "promoted": kw.get("promoted", []),
+            "authorizations": kw.get("authorizations", 2),
             "decisions": 3, "wasted_h": kw.get("wasted_h", 1.0), "spent_h": 5.0,
             "trajectory": traj or [[0.0, {f: 40.0 for f in fams}], [5.0, endpoint]],
             "pairing": {"library_version": 1, "candidates_sha256": "c", "budget_device_hours": 10.0,
@@ -75,6 +76,20 @@ def test_ahead_counts_per_pair_and_ahead_of_every_other_policy_over_the_pairs_al
     md = markdown(s, {"seeds": [0, 1, 2, 3], "budget": "10h", "config": None, "wall_s": 1.0})
     assert "of the 3 pairs every policy finished: a 1; b 0; c 1." in md
     assert "| a_vs_b | 4 | 3.25 |" in md and "| 3/1/0 |" in md
+
+
+def test_where_a_policy_falls_behind_names_the_cards_the_policies_ahead_promoted_and_it_did_not():
+    # seed 0: a 45 (S1, S2) > b 44 (S1) > c 40 (none); seed 1: c 46 (S3) > a 42 (S1) = b 42 (S1); seed 2: b only
+    eps = [_ep("a", 0, 45.0, promoted=["S1", "S2"]), _ep("a", 1, 42.0, promoted=["S1"])]
+    eps += [_ep("b", 0, 44.0, promoted=["S1"]), _ep("b", 1, 42.0, promoted=["S1"]), _ep("b", 2, 50.0)]
+    eps += [_ep("c", 0, 40.0), _ep("c", 1, 46.0, promoted=["S3"])]
+    behind = S.summarise(eps)["falls_behind"]
+    assert behind["a"] == {"units": 2, "behind": 1, "mean_gap_pp": pytest.approx(4.0), "missed": {"S3": 1}}
+    assert behind["b"] == {"units": 2, "behind": 2, "mean_gap_pp": pytest.approx(2.5), "missed": {"S2": 1, "S3": 1}}
+    assert behind["c"] == {"units": 2, "behind": 1, "mean_gap_pp": pytest.approx(5.0), "missed": {"S1": 1, "S2": 1}}
+    from agent.experiments.compare_output import markdown
+    md = markdown(S.summarise(eps), {"seeds": [0, 1, 2], "budget": "10h", "config": None, "wall_s": 1.0})
+    assert "| b | 2 of 2 | 2.50 | S2, S3 |" in md and "| c | 1 of 2 | 5.00 | S1, S2 |" in md
 
 
 def test_pairing_check_names_the_mismatch():

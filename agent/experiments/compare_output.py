@@ -81,6 +81,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
               *_pair_table(summary["pairs"])]
     lines += _pairs_so_far(summary)
     lines += _per_world(summary)
+    lines += _falls_behind(summary)
     lines += _unpromoted(summary)
     if summary["failed"]:
         lines += ["", "## Failed episodes (excluded from the statistics)", ""]
@@ -176,6 +177,20 @@ def _per_world(summary: dict[str, Any]) -> list[str]:
         lines.append(_row([ws] + [s["policies"].get(p, {}).get("endpoint_mean") for p in policies]
                           + [f"{_f(s['pairs'][pr]['endpoint']['mean_diff'])} (p {_f(s['pairs'][pr]['endpoint']['sign_flip_p'], 4)})"
                              if pr in s["pairs"] else None for pr in pairs]))
+    return lines
+
+
+def _falls_behind(summary: dict[str, Any]) -> list[str]:
+    """Where each policy loses (compare_stats.falls_behind); nothing while no unit has every policy."""
+    rows = summary.get("falls_behind") or {}
+    if not any(r["units"] for r in rows.values()):
+        return []
+    lines = ["", "## Where each policy falls behind (the seeds every policy finished)", "",
+             _row(["policy", "behind another in", "mean gap to the best there (pp)",
+                   "cards a policy ahead promoted and it did not (x seeds)"]), "|---|---|---|---|"]
+    for p, r in rows.items():
+        missed = ", ".join(c + (f" x{n}" if n > 1 else "") for c, n in r["missed"].items()) or "–"
+        lines.append(_row([p, f"{r['behind']} of {r['units']}", r["mean_gap_pp"], missed]))
     return lines
 
 

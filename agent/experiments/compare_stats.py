@@ -125,7 +125,8 @@ def summarise(episodes: list[EpisodeResult], strict: bool = False) -> dict[str, 
     by_seed = {p: {unit(e): e for e in ok if e["policy"] == p} for p in policies}
     pairs = {f"{a}_vs_{b}": _pair_stats(a, b, by_seed, strict) for a, b in itertools.combinations(policies, 2)}
     return {"policies": {p: _policy_summary(list(by_seed[p].values()), families) for p in policies},
-            "pairs": pairs, "ahead_of_all": ahead_of_all(by_seed, policies), "families": families, "failed": failed,
+            "pairs": pairs, "ahead_of_all": ahead_of_all(by_seed, policies),
+            "falls_behind": falls_behind(by_seed, policies), "families": families, "failed": failed,
             "pairing": pairing_check(ok), "cache": cache_summary(ok)}
 
 
@@ -139,6 +140,29 @@ def ahead_of_all(by_seed: dict[str, dict[int | str, EpisodeResult]], policies: l
     return {"units": len(units),
             "per_policy": {p: sum(all(score[u][p] > score[u][q] for q in policies if q != p) for u in units)
                            for p in policies}}
+
+
+def falls_behind(by_seed: dict[str, dict[int | str, EpisodeResult]], policies: list[str]) -> dict[str, Any]:
+    """Where each policy loses, over the units every policy finished: in how many its endpoint is
+    below another's, by how much below the best on average there (pp), and the cards that a policy
+    ahead of it promoted and it did not (in how many units): the updates it missed, beside where it
+    spent without promoting (`unpromoted`)."""
+    common = set.intersection(*(set(by_seed[p]) for p in policies)) if policies else set()
+    score = {u: {p: endpoint_mean(by_seed[p][u]) for p in policies} for u in common}
+    units = sorted((u for u, s in score.items() if None not in s.values()), key=str)
+    out: dict[str, Any] = {}
+    for p in policies:
+        gaps, missed = [], {}
+        for u in units:
+            ahead = [q for q in policies if score[u][q] > score[u][p]]
+            if not ahead:
+                continue
+            gaps.append(max(score[u][q] for q in ahead) - score[u][p])
+            for card in sorted({c for q in ahead for c in by_seed[q][u].get("promoted", [])} - set(by_seed[p][u].get("promoted", []))):
+                missed[card] = missed.get(card, 0) + 1
+        out[p] = {"units": len(units), "behind": len(gaps), "mean_gap_pp": _mean(gaps),
+                  "missed": dict(sorted(missed.items(), key=lambda kv: (-kv[1], kv[0])))}
+    return out
 
 
 def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:

@@ -85,6 +85,8 @@ class EpisodeResult(TypedDict, total=False):
     ifeval_adoption: dict[str, float | None]
     ifeval_initial: dict[str, float | None]
     promotions: int
+    promoted: list[str]
+    """The cards whose children were promoted, in order (none named in digests stored before cards were)."""
     authorizations: int
     decisions: int
     wasted_h: float
@@ -170,6 +172,7 @@ def episode_result(d: dict[str, Any], initial_adoption: dict[str, float] | None 
         "ifeval_adoption": {k: parent.get(k) for k in IFEVAL_METRICS},
         "ifeval_initial": {k: initial.get(k) for k in IFEVAL_METRICS},
         "promotions": sum(e["outcome"] == "promoted" for e in d["events"]),
+        "promoted": [e["card"] for e in d["events"] if e["outcome"] == "promoted" and e.get("card")],
         "authorizations": sum(_authorized(e) for e in d["events"]),
         "decisions": len(d["events"]),
         "wasted_h": round(sum(r["hours"] for r in lost), 9),
