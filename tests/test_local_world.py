@@ -342,7 +342,7 @@ def test_bank_import_takes_records_observed_elsewhere_and_scores_their_context(t
     """Another team's record (another model, its own eval protocol) on these data: `agent bank import`
     accepts it, and the authorizer's fields score the differing x_s lower than a record observed here."""
     from agent.config import build_config
-    from agent.experiments.retrospective import base_context
+    from agent.experiments.retro_ports import base_context
     from agent.world.catalogue import applicability, card_by_id
     from agent.world.local import local_world
     from experience_bank.bank import Bank

@@ -66,12 +66,11 @@ from pathlib import Path
 from typing import Any
 
 from experience_bank.errors import BadInput
-from experience_bank.families import PRIMARY_METRIC
 from experience_bank.files import write_atomic
 from experience_bank.hashing import canonical_json, content_hash
 from experience_bank.results import check_seed
 from policies.stats import mean_interval
-from agent.config import RunConfig, eval_sizes
+from agent.config import RunConfig
 from agent.experiments.executor import (Executor, Job, LocalExecutor, Outcome, Progress, Resources, say_on_stderr,
                                         task_resources)
 from agent.experiments import retro_results
@@ -79,13 +78,12 @@ from agent.experiments.retro_cells import (  # the table's pure rules
     FRACTIONS, IFEVAL, IFEVAL_DROP_PP, MIN_EFFECT_PP, card_pool_group, interval_class, pool_classes, summarise_cells,
 )
 from agent.experiments.retro_mix import mix, precision, second_stage
+from agent.experiments.retro_ports import WorldCellPorts, base_context, embedded_ports, eval_n
 from agent.experiments.retro_run import CellPorts, _once, _trial_verdict, run_cell
 from agent.experiments.retro_summary import write_summary
 from agent.world.catalogue import catalogue, catalogue_sha256
 from agent.world.controls import control_card
 from agent.world.embedded import ensure_world
-from agent.world.records import current_context
-from agent.world.runner import CardRunner
 from policies import EpisodeState, PolicyConfig, compile as compile_features
 from policies.authorize import decide
 from agent.world.seed_bank import seed_records
@@ -94,16 +92,6 @@ from policies.decision_ledger import OUTCOMES_FILE, OutcomeCell, write_ledger_en
 
 DEFAULT_SEEDS = 3
 """Training seeds per cell (`agent retrospective --seeds`)."""
-
-
-def eval_n(world_size: str, split: str) -> tuple[int, int]:
-    """(target items, IFEval prompts) of a cell's evaluations on `split` (agent.config.EVAL_SIZES):
-    the trial's readings (validation) at the loop's decision sizes, so that the curves a go/no-go is
-    fitted on are read as a loop's trial reads them; the full runs (adoption) at the outcome sizes,
-    since their class is the label every predictor is scored against. A split with fewer items
-    (a local world's, or a small question space) is read whole."""
-    sizes = eval_sizes(world_size)
-    return (sizes.outcome_target, sizes.outcome_ifeval) if split == "adoption" else (sizes.target, sizes.ifeval)
 
 
 # --- a seeded cell: its seeds' cells, averaged ---------------------------------------------------
@@ -288,45 +276,6 @@ def run_table(out: Path, cards: list[Any], make_ports: Callable[[], CellPorts], 
     return {"cells_done": len(done), "cells_failed": len(failed), "failed": failed, "summary": summary, "cells": done}
 
 
-class WorldPorts:
-    """Real runs on a world, through its card runner (agent/world/runner.py)."""
-
-    def __init__(self, world: Any):
-        self.world = world
-        self.runner = CardRunner(world)  # its run cache is shared with episodes and the seed bank
-
-    def evaluate(self, model_dir: str, family: str, split: str, out_dir: str) -> dict[str, float]:
-        n, n_ifeval = eval_n(self.world.size, split)
-        target = self.runner.evaluate(model_dir, [f"{family}/target"], split, out_dir=f"{out_dir}/target", n=n)
-        ife = self.runner.evaluate(model_dir, ["ifeval"], split, out_dir=f"{out_dir}/ifeval", n=n_ifeval)["ifeval"]
-        key = PRIMARY_METRIC[family]
-        values = {"target": target[f"{family}/target"].metrics[key]} | {m: ife.metrics[m] for m in IFEVAL}
-        unknown = [k for k, v in values.items() if v is None]
-        if unknown:  # an evaluator error is UNKNOWN, never a score of 0
-            raise RuntimeError(f"evaluation of {model_dir} on {split} is UNKNOWN for {unknown}")
-        return values
-
-    def train(self, card: Any, parent_dir: str, fraction: float, seed: int, out_dir: str,
-              snapshots: tuple[tuple[float, int], ...] = ()) -> dict[str, Any]:
-        result = self.runner.train(card, parent_dir, out_dir=out_dir, run_key=f"retro-{card.id}-s{seed}-f{fraction:.2f}",
-                                   seed=seed, fraction=fraction, snapshots=snapshots)
-        return {"checkpoint": result.checkpoint, "wall_s": result.wall_seconds,
-                "sanity_failures": [s.name for s in result.sanity if not s.ok],
-                "snapshots": [{"fraction": s.fraction, "step": s.step, "path": str(Path(result.checkpoint) / s.path)}
-                              for s in result.snapshots]}
-
-
-def base_context(world: Any) -> Any:
-    """x_t of every cell: the world's base model at stage 0, everything the world provides."""
-    return current_context(world, world.model, 0)
-
-
-def embedded_ports(size: str, world_seed: int = 0) -> WorldPorts:
-    """The ports of the embedded world of `size` and `world_seed`, built where they are called (a
-    Ray worker reads the world from its $AGENT_CACHE, or builds it when that cache lacks it)."""
-    return WorldPorts(ensure_world(size, world_seed=world_seed))
-
-
 def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | None = None, seed: int = 0,
                   seeds: int | None = None, extend_to: int | None = None,
                   make_ports: Callable[[], CellPorts] | None = None, world: Any = None,
@@ -355,7 +304,7 @@ def retrospective(out: Path, *, size: str, world_seed: int = 0, n_cells: int | N
     seed_list = list(range(seed, seed + seeds))
     for s in (seed_list[0], seed_list[-1]):
         check_seed(s)  # before the world is built: a cell's first run would refuse it
-    make_ports = make_ports or (partial(WorldPorts, world) if world is not None
+    make_ports = make_ports or (partial(WorldCellPorts, world) if world is not None
                                 else partial(embedded_ports, size, world_seed))
     world = world if world is not None else ensure_world(size, world_seed=world_seed)
     cards = list(catalogue(world))[:n_cells]
