@@ -63,7 +63,8 @@ def test_a_trl_grpo_config_and_a_llamafactory_lora_config(world):
 def test_trl_values_are_read_as_trls_own_parser_reads_them(world, tmp_path):
     # YAML 1.1 reads `1e-4` (no dot) as a string; `trl sft --config` passes it through argparse's float,
     # so TRL trains at 1e-4, and so does the card. The same for a quoted number or bool.
-    from agent.world.usercards.recipes import as_trl_reads, import_recipe
+    from agent.world.usercards.recipes import import_recipe
+    from agent.world.usercards.trl_schema import as_trl_reads
     text = SFT.replace("learning_rate: 2.0e-4", "learning_rate: 1e-4").replace("max_steps: 8", 'max_steps: "8"')
     path = tmp_path / "plain_exponent.yaml"
     path.write_text(text)
