@@ -90,7 +90,7 @@ def _pair(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], me
 def unpaired_with(d: dict[str, Any], others: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     """Of one seed's other episodes' digests (by job name), those whose pairing values differ from
     digest `d`'s, with the keys that differ (what pairing_check will find in that seed's tables)."""
-    out = {name: [k for k in PAIRING_KEYS if o["pairing"].get(k) != d["pairing"].get(k)] for name, o in others.items()}
+    out = {name: differing([d["pairing"], o["pairing"]]) for name, o in others.items()}
     return {name: keys for name, keys in out.items() if keys}
 
 
@@ -158,11 +158,18 @@ def falls_behind(by_seed: dict[str, dict[int | str, EpisodeResult]], policies: l
             if not ahead:
                 continue
             gaps.append(max(score[u][q] for q in ahead) - score[u][p])
-            for card in sorted({c for q in ahead for c in by_seed[q][u].get("promoted", [])} - set(by_seed[p][u].get("promoted", []))):
+            theirs = {c for q in ahead for c in by_seed[q][u].get("promoted", [])}
+            for card in sorted(theirs - set(by_seed[p][u].get("promoted", []))):
                 missed[card] = missed.get(card, 0) + 1
         out[p] = {"units": len(units), "behind": len(gaps), "mean_gap_pp": _mean(gaps),
                   "missed": dict(sorted(missed.items(), key=lambda kv: (-kv[1], kv[0])))}
     return out
+
+
+def differing(pairings: list[dict[str, Any]]) -> list[str]:
+    """The PAIRING_KEYS on which these episodes' manifest values (their `pairing`) are not all equal:
+    what decides whether episodes pair, for pairing_check and for one episode as it ends."""
+    return [k for k in PAIRING_KEYS if len({json.dumps(p.get(k), sort_keys=True) for p in pairings}) > 1]
 
 
 def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
@@ -170,8 +177,6 @@ def pairing_check(episodes: list[EpisodeResult]) -> dict[str, Any]:
     problems: dict[str, Any] = {}
     for seed in sorted({unit(e) for e in episodes}, key=str):
         group = [e for e in episodes if unit(e) == seed]
-        for key in PAIRING_KEYS:
-            values = {json.dumps(e["pairing"].get(key), sort_keys=True) for e in group}
-            if len(values) > 1:
-                problems.setdefault(str(seed), {})[key] = {e["policy"]: e["pairing"].get(key) for e in group}
+        for key in differing([e["pairing"] for e in group]):
+            problems.setdefault(str(seed), {})[key] = {e["policy"]: e["pairing"].get(key) for e in group}
     return {"paired": not problems, "mismatches": problems}
