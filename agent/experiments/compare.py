@@ -153,11 +153,7 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
             differ = unpaired_with(status["digest"], by_seed[seed])
             by_seed[seed][name] = status["digest"]
             if differ:
-                keys = sorted({k for ks in differ.values() for k in ks})
-                say(f"{out}: {name} is not properly paired with {', '.join(differ)} ({', '.join(keys)} differ; "
-                    "candidates_sha256: seed banks built on machines that round differently), so that seed's "
-                    "tables will say MISMATCH: run a seed's episodes where their banks agree (remove its stored "
-                    "episodes from the results directory to run them here)")
+                say(_unpaired_line(out, name, differ))
 
     outcomes = executor.run([Job(run_one, (out, p, s, argv_for(out, p, s), stored.keep(job_name(p, s)) if stored else None))
                              for p, s in todo], ended)
@@ -166,6 +162,14 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
     return [ran[(p, s)] if (p, s) in ran else
             {"policy": p, "seed": s, "status": "done", "digest": taken[job_name(p, s)],
              "taken_from": str(CR.episode_file(stored.results, job_name(p, s)))} for p, s in grid]
+
+
+def _unpaired_line(out: Path, name: str, differ: dict[str, list[str]]) -> str:
+    keys = sorted({k for ks in differ.values() for k in ks})
+    return (f"{out}: {name} is not properly paired with {', '.join(differ)} ({', '.join(keys)} differ; "
+            "candidates_sha256: seed banks built on machines that round differently), so that seed's tables "
+            "will say MISMATCH: run a seed's episodes where their banks agree (remove its stored episodes from "
+            "the results directory to run them here)")
 
 
 def collect(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
