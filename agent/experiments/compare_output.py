@@ -131,7 +131,8 @@ def _pairs_so_far(summary: dict[str, Any]) -> list[str]:
                       "A different `candidates_sha256` at one `library_version` means the library's records differ: "
                       "a record's hash covers its evidence and its provenance (the source run's weights and "
                       "generations), so one world's seed bank built on two machines that round differently gives "
-                      "two. The same pairs over only the units each pair has properly paired:", "", *_pair_table(so_far["strict"]), "",
+                      "two. The pairs that have such units, over only the units they have properly paired:", "",
+                  *_pair_table({k: v for k, v in so_far["strict"].items() if so_far["pairs"][k]["unpaired"]}), "",
                   *_mismatch_lines(so_far["mismatches"])]
     return lines
 
