@@ -477,3 +477,8 @@ def test_an_episode_that_will_not_pair_with_its_seeds_stored_ones_is_said_when_i
     assert len(calls()) == 6
     warned = [line for line in capsys.readouterr().err.splitlines() if "not properly paired" in line]
     assert len(warned) == 1 and "good-s1 is not properly paired with meh-s1 (candidates_sha256 differ;" in warned[0]
+    # the short policies run by one command, the rest by another: the check reads every stored episode
+    (results / "episodes" / "good-s1.json").unlink()
+    C.compare(tmp_path / "m3", ["good"], [0, 1], argv_for=argv_for, results=results)
+    warned = [line for line in capsys.readouterr().err.splitlines() if "not properly paired" in line]
+    assert len(warned) == 1 and "good-s1 is not properly paired with meh-s1 (" in warned[0]

@@ -60,6 +60,12 @@ def policy_of(name: str) -> str:
     return name.rsplit("-s", 1)[0]
 
 
+def seed_of(name: str) -> int | None:
+    """The run seed of a job_name (None: not one)."""
+    tail = name.rsplit("-s", 1)[-1]
+    return int(tail) if "-s" in name and tail.isdigit() else None
+
+
 def episode_argv(out: Path, policy: str, seed: int, *, budget: str | None, config: str | None,
                  world_seed: int | None = None, extra: list[str] | None = None) -> list[str]:
     """`agent run` for one (policy, seed), with its own run directory and bank file (`world_seed`:
@@ -141,7 +147,8 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
                         names=[job_name(p, s) for p, s in todo], group=policy_of)
     progress.begin()
 
-    by_seed = {s: {job_name(p, s): taken[job_name(p, s)] for p in policies if job_name(p, s) in taken} for s in seeds}
+    every = CR.stored_all(stored.results) if stored else {}
+    by_seed = {s: {name: d for name, d in every.items() if seed_of(name) == s} for s in seeds}
 
     def ended(i: int, outcome: Outcome) -> None:  # called in this thread, one job at a time
         status = outcome.value if outcome.error is None else {"status": "failed"}

@@ -217,6 +217,13 @@ def take(results: Path, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str
     return taken
 
 
+def stored_all(results: Path) -> dict[str, dict[str, Any]]:
+    """Every episode `results` holds, whatever its policy, by file stem (its job name) -> its digest,
+    without matching its conditions: what an episode that ends is checked to pair with (another
+    command may have stored the other policies', e.g. the short ones first)."""
+    return {path.stem: _read(path)["digest"] for path in sorted((results / "episodes").glob("*.json"))}
+
+
 def publish(keep: Keep, name: str, d: dict[str, Any]) -> None:
     """Keep one finished episode's digest and its match fields in the results directory."""
     write_atomic(episode_file(keep.results, name), canonical_json({"match": keep.match | measured(d), "digest": d}))
