@@ -221,7 +221,8 @@ def stored_all(results: Path) -> dict[str, dict[str, Any]]:
     """Every episode `results` holds, whatever its policy, by file stem (its job name) -> its digest,
     without matching its conditions: what an episode that ends is checked to pair with (another
     command may have stored the other policies', e.g. the short ones first)."""
-    return {path.stem: _read(path)["digest"] for path in sorted((results / "episodes").glob("*.json"))}
+    every = episode_file(results, "*")  # the layout's one owner, as a glob
+    return {path.stem: _read(path)["digest"] for path in sorted(every.parent.glob(every.name))}
 
 
 def publish(keep: Keep, name: str, d: dict[str, Any]) -> None:
