@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.experiments import compare as C
+from experience_bank.errors import BadInput
 from agent.experiments import compare_stats as S
 from agent.experiments.episodes import cause, endpoint_mean, read_episode
 
@@ -247,7 +248,18 @@ def test_cli_accepts_every_baseline_by_name(capsys):
 
     assert main(["compare", "--policies", "bcit,successive_halving,early_stop_extrapolation", "--seeds", "0"]) == 2
     err = capsys.readouterr().err
-    assert "--seeds must be" in err and "unknown" not in err
+    assert "--seeds '0' must name 1..20 distinct seeds" in err and "unknown" not in err
+
+
+def test_seeds_are_a_count_a_range_or_a_list():
+    """A measurement's later seeds can run on another machine (--seeds 3-5) without its first ones."""
+    from agent.cli.measure import run_seeds
+
+    assert run_seeds("6") == [0, 1, 2, 3, 4, 5] and run_seeds("3-5") == [3, 4, 5] and run_seeds("0,2,4") == [0, 2, 4]
+    for bad, why in (("0", "1..20"), ("21", "1..20"), ("5-3", "1..20"), ("1,1", "distinct"), ("-1,2", "none negative"),
+                     ("x", "is not"), ("2-", "is not"), ("1-2-3", "is not"), ("0-20", "1..20")):
+        with pytest.raises(BadInput, match=why):
+            run_seeds(bad)
 
 
 def test_read_episode_on_the_loop_with_boundary_fakes(tmp_path):

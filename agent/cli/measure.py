@@ -30,7 +30,8 @@ def _register_compare(sub) -> None:
                               "  agent compare --executor ray --address ray://head:10001 --config runs/qwen3-4b.yaml "
                               "--seeds 6 --out /shared/runs/compare")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
-    p.add_argument("--seeds", type=int, default=6, help="seeds 0..N-1 (default 6)")
+    p.add_argument("--seeds", default="6", help="N: seeds 0..N-1 (default 6); A-B or A,B,C: those seeds only, e.g. "
+                   "3-5 to run a measurement's later seeds on another machine")
     p.add_argument("--world-seeds", dest="world_seeds", default=None,
                    help="comma-separated world seeds, e.g. 0,1,2: the comparison on each world (DIR/world-N/) "
                         "and pooled over (world seed, seed) pairs (default: the config's world only)")
@@ -204,8 +205,9 @@ def cmd_compare(args) -> int:
     check_out_dir(args.out)  # before any episode: each would fail on it, and the tables after them
     if args.results and not args.report:
         check_out_dir(args.results, "--results")
-    if not 1 <= args.seeds <= 20 or args.jobs < 1:
-        raise BadInput("--seeds must be 1..20 (the sign-flip test enumerates 2^n) and --jobs at least 1")
+    seeds = run_seeds(args.seeds)
+    if args.jobs < 1:
+        raise BadInput("--jobs must be at least 1")
     if args.config and not Path(args.config).is_file():
         raise BadInput(f"config file {args.config} not found: pass an existing --config path")
     if args.episode_budget:
@@ -236,11 +238,11 @@ def cmd_compare(args) -> int:
     results = Path(args.results) if args.results else None
     with session(args.executor, address=args.address, jobs=args.jobs, resources=resources) as executor:
         if world_seeds:
-            summary = compare_worlds(Path(args.out), policies, list(range(args.seeds)), world_seeds,
+            summary = compare_worlds(Path(args.out), policies, seeds, world_seeds,
                                      budget=args.episode_budget, config=args.config, n_jobs=args.jobs,
                                      executor=executor, fit=fit, results=results, report_only=args.report)
         else:
-            summary = compare(Path(args.out), policies, list(range(args.seeds)), budget=args.episode_budget,
+            summary = compare(Path(args.out), policies, seeds, budget=args.episode_budget,
                               config=args.config, n_jobs=args.jobs, executor=executor, fit=fit, results=results,
                               report_only=args.report)
     print(f"wrote {args.out}/compare.md, compare.json, endpoint.png, trajectories.png"
@@ -269,6 +271,26 @@ def _fit(args, cfg, world_seeds: list[int] | None):
     for ws in world_seeds or [cfg.world_seed]:
         held_out_sources(list(sources), ws)
     return Fit(sources, cfg.world_seed, alpha=args.gonogo_alpha)
+
+
+def run_seeds(text: str) -> list[int]:
+    """The --seeds of `agent compare`: N (seeds 0..N-1), A-B or A,B,C; BadInput on anything else, and on more
+    than 20 seeds (the sign-flip test enumerates 2^n)."""
+    hint = "e.g. --seeds 6 (seeds 0..5), --seeds 3-5 or --seeds 0,2,4"
+    try:
+        if text.strip().isdigit():
+            seeds = list(range(int(text)))
+        elif "-" in text and "," not in text:
+            lo, hi = (int(x) for x in text.split("-"))
+            seeds = list(range(lo, hi + 1))
+        else:
+            seeds = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise BadInput(f"--seeds {text!r} is not a count, a range or a list of seeds: {hint}") from None
+    if not 1 <= len(seeds) <= 20 or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise BadInput(f"--seeds {text!r} must name 1..20 distinct seeds, none negative (the sign-flip test "
+                       f"enumerates 2^n): {hint}")
+    return seeds
 
 
 def _world_seeds(text: str | None) -> list[int] | None:
