@@ -147,7 +147,7 @@ def run_jobs(out: Path, policies: list[str], seeds: list[int], executor: Executo
                         names=[job_name(p, s) for p, s in todo], group=policy_of)
     progress.begin()
 
-    every = CR.stored_all(stored.results) if stored else {}
+    every = CR.stored_all(stored.results) if stored and todo else {}  # read only when an episode will end here
     by_seed = {s: {name: d for name, d in every.items() if seed_of(name) == s} for s in seeds}
 
     def ended(i: int, outcome: Outcome) -> None:  # called in this thread, one job at a time

@@ -95,10 +95,11 @@ def unpaired_with(d: dict[str, Any], others: dict[str, dict[str, Any]]) -> dict[
 
 
 def unpaired_units(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]]) -> dict[str, list[str]]:
-    """The units both policies finished where their manifest values differ (pairing_check of the two),
+    """The units both policies finished where their manifest values differ (`differing`),
     with the keys that differ."""
-    both = [by_seed[p][u] for u in set(by_seed[a]) & set(by_seed[b]) for p in (a, b)]
-    return {u: sorted(keys) for u, keys in pairing_check(both)["mismatches"].items()}
+    found = {str(u): differing([by_seed[a][u]["pairing"], by_seed[b][u]["pairing"]])
+             for u in sorted(set(by_seed[a]) & set(by_seed[b]), key=str)}
+    return {u: keys for u, keys in found.items() if keys}
 
 
 def _pair_stats(a: str, b: str, by_seed: dict[str, dict[int | str, EpisodeResult]], strict: bool) -> dict[str, Any]:
